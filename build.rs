@@ -1,0 +1,203 @@
+//! Compiles `kernels-gpu` to PTX and embeds it (`$OUT_DIR/kernels.ptx`, read by `src/ptx.rs`).
+//!
+//! Rust-CUDA's `cuda_builder` needs LLVM 7, which cannot be had here, so the kernels go through
+//! rustc's own NVPTX backend: a nested `cargo rustc --target nvptx64-nvidia-cuda -Zbuild-std=core
+//! --crate-type cdylib` (its own `--target-dir`, or it would deadlock on our build lock).
+//!
+//! The NVPTX target "links" by handing LLVM bitcode to `llvm-bitcode-linker`, a component that
+//! cannot be downloaded here. This same build-script executable stands in for it: the nested
+//! build passes `-C linker=<this executable>` and sets `XGK_PTX_LINKER`, and in that mode
+//! [`link_ptx`] runs `llvm-link` → `opt` (internalize + O3) → `llc` from the `llvm-tools`
+//! component, exactly the three steps the real tool performs.
+//!
+//! Settings (environment variables, each rebuilds when changed):
+//! - `XGK_CUDA_ARCH`: PTX target, default `sm_80` (runs on A100, H100, H200 and newer through the
+//!   driver's JIT). `sm_90a` is needed for Hopper-only instructions.
+//! - `XGK_PTX_FEATURES`: extra LLVM features, e.g. `+ptx85`; the PTX ISA version follows them.
+
+use std::env;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+const LINKER_MODE_VAR: &str = "XGK_PTX_LINKER";
+const LLVM_BIN_VAR: &str = "XGK_LLVM_BIN";
+const DEFAULT_ARCH: &str = "sm_80";
+
+fn main() {
+    if env::var_os(LINKER_MODE_VAR).is_some() {
+        let args: Vec<String> = env::args().skip(1).collect();
+        if let Err(msg) = link_ptx(&args) {
+            eprintln!("xla-gpu-kernels PTX link step failed: {msg}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Err(msg) = build_ptx() {
+        panic!("\n\nxla-gpu-kernels: building the GPU kernels failed:\n{msg}\n");
+    }
+}
+
+fn build_ptx() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let kernels_dir = manifest_dir.join("kernels-gpu");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=kernels-gpu");
+    println!("cargo:rerun-if-changed=rust-toolchain.toml");
+    println!("cargo:rerun-if-env-changed=XGK_CUDA_ARCH");
+    println!("cargo:rerun-if-env-changed=XGK_PTX_FEATURES");
+
+    let arch = env::var("XGK_CUDA_ARCH").unwrap_or_else(|_| DEFAULT_ARCH.to_string());
+    if !arch.starts_with("sm_") {
+        return Err(format!("XGK_CUDA_ARCH={arch:?} is not an sm_XX architecture"));
+    }
+    let features = env::var("XGK_PTX_FEATURES").unwrap_or_default();
+
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = command_output(Command::new(&rustc).args(["--print", "sysroot"]))?;
+    let sysroot = PathBuf::from(sysroot.trim());
+    let host = env::var("HOST").unwrap();
+    let llvm_bin = sysroot.join("lib/rustlib").join(&host).join("bin");
+    for tool in ["llvm-link", "opt", "llc"] {
+        if !llvm_bin.join(tool).exists() {
+            return Err(format!(
+                "`{tool}` not found in {}: the `llvm-tools` component is missing.\n\
+                 Install the pinned toolchain with its components: `rustup toolchain install` \
+                 (reads rust-toolchain.toml) or `rustup component add llvm-tools`.",
+                llvm_bin.display()
+            ));
+        }
+    }
+    if !sysroot.join("lib/rustlib/src/rust/library/core").exists() {
+        return Err("the `rust-src` component is missing (needed by -Zbuild-std=core): \
+                    `rustup component add rust-src`"
+            .into());
+    }
+
+    let mut rustflags = vec![
+        format!("-Ctarget-cpu={arch}"),
+        format!("-Clinker={}", env::current_exe().unwrap().display()),
+        "-Cdebuginfo=0".to_string(),
+    ];
+    if !features.is_empty() {
+        rustflags.push(format!("-Ctarget-feature={features}"));
+    }
+
+    let target_dir = out_dir.join("ptx-target");
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&kernels_dir)
+        .args(["rustc", "--lib", "--crate-type", "cdylib", "--release", "--target", "nvptx64-nvidia-cuda"])
+        .args(["-Zbuild-std=core", "--target-dir"])
+        .arg(&target_dir)
+        .arg("--manifest-path")
+        .arg(kernels_dir.join("Cargo.toml"));
+    // The outer build's settings must not leak into the nested one.
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
+        .env("CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS", "false")
+        .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "false")
+        .env(LINKER_MODE_VAR, "1")
+        .env(LLVM_BIN_VAR, &llvm_bin);
+    let status = cmd.status().map_err(|e| format!("could not run cargo for the kernels: {e}"))?;
+    if !status.success() {
+        return Err(format!("the nested kernel build failed ({status}); see the errors above"));
+    }
+
+    let ptx = target_dir.join("nvptx64-nvidia-cuda/release/kernels_gpu.ptx");
+    let text = fs::read_to_string(&ptx).map_err(|e| format!("reading {}: {e}", ptx.display()))?;
+    if !text.contains(".entry") {
+        return Err(format!("{} has no kernel entry points", ptx.display()));
+    }
+    fs::write(out_dir.join("kernels.ptx"), &text).map_err(|e| e.to_string())?;
+    println!("cargo:rustc-env=XGK_PTX_ARCH={arch}");
+    Ok(())
+}
+
+/// The link step of `llvm-bitcode-linker`, driven by the arguments rustc passes to a `llbc`
+/// linker: `--export-symbol <name>`..., inputs (bitcode objects and rlibs), `-L <dir>`,
+/// `--target <triple>`, `--target-cpu <sm_XX>`, `--target-feature <+f,...>`, `-o <out.ptx>`, `-O<n>`.
+fn link_ptx(args: &[String]) -> Result<(), String> {
+    let llvm_bin = PathBuf::from(env::var_os(LLVM_BIN_VAR).ok_or("XGK_LLVM_BIN is not set")?);
+    let mut exports = Vec::new();
+    let mut inputs = Vec::new();
+    let mut output = None;
+    let mut cpu = DEFAULT_ARCH.to_string();
+    let mut features = String::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--export-symbol" => exports.push(value(arg)?),
+            "-o" => output = Some(PathBuf::from(value(arg)?)),
+            "--target-cpu" => cpu = value(arg)?,
+            "--target-feature" => features = value(arg)?,
+            "-L" | "--target" | "--linker-plugin-lto" => {
+                value(arg)?;
+            }
+            a if a.starts_with("--target-cpu=") => cpu = a["--target-cpu=".len()..].to_string(),
+            a if a.starts_with("--target-feature=") => features = a["--target-feature=".len()..].to_string(),
+            a if a.starts_with('-') => {} // -O<n>, --debug, ...: optimization is fixed at O3 below
+            a => inputs.push(PathBuf::from(a)),
+        }
+    }
+    let output = output.ok_or("no -o output given")?;
+    let work = output.with_extension("link");
+    fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+    let linked = work.join("linked.bc");
+    let optimized = work.join("optimized.bc");
+    let export_list = work.join("exports.txt");
+    fs::write(&export_list, exports.join("\n")).map_err(|e| e.to_string())?;
+
+    run(Command::new(llvm_bin.join("llvm-link"))
+        .arg("--ignore-non-bitcode")
+        .args(&inputs)
+        .arg("-o")
+        .arg(&linked))?;
+    run(Command::new(llvm_bin.join("opt"))
+        .arg(&linked)
+        .arg(format!("--internalize-public-api-file={}", export_list.display()))
+        .arg("--passes=internalize,default<O3>,globaldce")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(&optimized))?;
+    let mut llc = Command::new(llvm_bin.join("llc"));
+    llc.arg(format!("--mcpu={cpu}")).arg("-O3");
+    if !features.is_empty() {
+        llc.arg(format!("--mattr={features}"));
+    }
+    run(llc.arg(&optimized).arg("-o").arg(&output))
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
+fn command_output(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

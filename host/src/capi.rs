@@ -1,0 +1,131 @@
+//! A plain C API per op, for callers that are not XLA (the `torch.library` CUDA and CPU
+//! implementations call these through ctypes). Same validation as the custom calls.
+
+use std::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cudarc::driver::sys::CUstream;
+
+use crate::dtype::{DType, TensorRef};
+use crate::error::{Error, Result};
+use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention};
+use crate::ops::simple_add::SimpleAdd;
+use crate::runtime::KernelModule;
+use crate::xla::handlers::run_paged_attention_cpu;
+
+/// A tensor as C callers describe it (dtype numbered like `XLA_FFI_DataType`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct XgkTensor {
+    pub data: *mut c_void,
+    pub dtype: i32,
+    pub rank: i64,
+    pub dims: *const i64,
+}
+
+/// Optional scalars of paged attention; `has_*` = 0 means "not given".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct XgkPagedAttentionAttrs {
+    pub sm_scale: f32,
+    pub has_sliding_window: i32,
+    pub sliding_window: i64,
+    pub has_soft_cap: i32,
+    pub soft_cap: f32,
+    pub has_mask_value: i32,
+    pub mask_value: f32,
+    pub has_k_scale: i32,
+    pub k_scale: f32,
+    pub has_v_scale: i32,
+    pub v_scale: f32,
+}
+
+/// Where the buffers live.
+pub const PLATFORM_CPU: i32 = 0;
+pub const PLATFORM_CUDA: i32 = 1;
+
+unsafe fn tensor<'a>(t: &XgkTensor) -> TensorRef<'a> {
+    let dims = if t.rank <= 0 || t.dims.is_null() { &[][..] } else { std::slice::from_raw_parts(t.dims, t.rank as usize) };
+    TensorRef { data: t.data, dtype: DType::from_xla(t.dtype), dims }
+}
+
+/// Runs `body`, catching panics; on error writes the message (NUL-terminated, truncated) into
+/// `err` and returns 1, else 0.
+unsafe fn c_call(err: *mut c_char, err_len: usize, body: impl FnOnce() -> Result<()>) -> i32 {
+    let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(crate::xla::ffi::panic_message(&*p))));
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => {
+            if !err.is_null() && err_len > 0 {
+                let msg = e.to_string();
+                let n = msg.len().min(err_len - 1);
+                std::ptr::copy_nonoverlapping(msg.as_ptr(), err as *mut u8, n);
+                *err.add(n) = 0;
+            }
+            1
+        }
+    }
+}
+
+/// `out = a + b` on CPU or on `stream`. `tensors` = `[a, b, out]`.
+///
+/// # Safety
+/// `tensors` points at 3 descriptors whose data match their dtype and dims on `platform`;
+/// `err` is null or writable for `err_len` bytes.
+pub unsafe fn simple_add(kernels: &KernelModule, platform: i32, stream: CUstream, tensors: *const XgkTensor, err: *mut c_char, err_len: usize) -> i32 {
+    c_call(err, err_len, || {
+        let t = std::slice::from_raw_parts(tensors, 3);
+        let (a, b, out) = (tensor(&t[0]), tensor(&t[1]), tensor(&t[2]));
+        let op = SimpleAdd::from_tensors(&a, &b, &out)?;
+        match platform {
+            PLATFORM_CUDA => op.launch_cuda(kernels, stream, a.data, b.data, out.data),
+            PLATFORM_CPU => {
+                let n = op.len * op.dtype.size_bytes().unwrap();
+                let s = |p: *mut c_void| if n == 0 { &[][..] } else { std::slice::from_raw_parts(p as *const u8, n) };
+                let o = if n == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(out.data as *mut u8, n) };
+                op.run_cpu(s(a.data), s(b.data), o)
+            }
+            other => Err(Error::invalid(format!("unknown platform {other}"))),
+        }
+    })
+}
+
+/// Ragged paged attention on CPU or on `stream`. `tensors` = `[q, kv_pages, kv_lens,
+/// page_indices, cu_q_lens, num_seqs, out]`.
+///
+/// # Safety
+/// As [`simple_add`], with 7 descriptors and `attrs` readable.
+pub unsafe fn paged_attention(
+    kernels: &KernelModule,
+    platform: i32,
+    stream: CUstream,
+    tensors: *const XgkTensor,
+    attrs: *const XgkPagedAttentionAttrs,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    c_call(err, err_len, || {
+        let t: Vec<TensorRef> = std::slice::from_raw_parts(tensors, 7).iter().map(|x| tensor(x)).collect();
+        let a = &*attrs;
+        let attrs = Attributes {
+            sm_scale: a.sm_scale,
+            sliding_window: (a.has_sliding_window != 0).then(|| Attributes::sliding_window_from_i64(a.sliding_window)).transpose()?,
+            soft_cap: (a.has_soft_cap != 0).then_some(a.soft_cap),
+            mask_value: (a.has_mask_value != 0).then_some(a.mask_value),
+            k_scale: (a.has_k_scale != 0).then_some(a.k_scale),
+            v_scale: (a.has_v_scale != 0).then_some(a.v_scale),
+        };
+        let op = PagedAttention::from_tensors(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], attrs)?;
+        let ptrs = [t[0].data, t[1].data, t[2].data, t[3].data, t[4].data, t[5].data, t[6].data];
+        match platform {
+            PLATFORM_CUDA => paged_attention::launch_cuda(
+                kernels,
+                stream,
+                &op,
+                DeviceBuffers { q: ptrs[0], kv_pages: ptrs[1], kv_lens: ptrs[2], page_indices: ptrs[3], cu_q_lens: ptrs[4], num_seqs: ptrs[5], out: ptrs[6] },
+            ),
+            PLATFORM_CPU => run_paged_attention_cpu(&op, ptrs),
+            other => Err(Error::invalid(format!("unknown platform {other}"))),
+        }
+    })
+}

@@ -1,0 +1,89 @@
+//! `simple_add(a, b) = a + b` for f32, f16 and bf16 arrays of any shape.
+
+use std::ffi::c_void;
+
+use kernels_gpu::kernels::simple_add::vector_width;
+
+use super::{aligned, elem};
+use crate::dtype::{DType, TensorRef};
+use crate::error::Result;
+use crate::runtime::{KernelArgs, KernelModule, LaunchConfig, Stream};
+use crate::{ensure, invalid};
+
+/// A validated simple_add: element type and count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimpleAdd {
+    pub dtype: DType,
+    pub len: usize,
+}
+
+impl SimpleAdd {
+    /// Checks that `a`, `b` and `out` share a supported dtype and one shape.
+    pub fn from_tensors(a: &TensorRef, b: &TensorRef, out: &TensorRef) -> Result<Self> {
+        let dtype = Self::check_dtype(a.dtype)?;
+        ensure!(b.dtype == dtype, "simple_add: dtype mismatch: a is {} but b is {}", a.dtype, b.dtype);
+        ensure!(out.dtype == dtype, "simple_add: dtype mismatch: inputs are {} but the output is {}", dtype, out.dtype);
+        ensure!(a.dims == b.dims, "simple_add: shape mismatch: a is {} but b is {}", a.describe(), b.describe());
+        ensure!(a.dims == out.dims, "simple_add: shape mismatch: inputs are {} but the output is {}", a.describe(), out.describe());
+        let Some(len) = a.num_elements() else { invalid!("simple_add: invalid shape {}", a.describe()) };
+        Ok(SimpleAdd { dtype, len })
+    }
+
+    /// Only float types with a kernel.
+    pub fn check_dtype(dtype: DType) -> Result<DType> {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(dtype),
+            other => invalid!("simple_add: unsupported dtype {other}; supported: f32, f16, bf16"),
+        }
+    }
+
+    fn kernel(self) -> &'static str {
+        match self.dtype {
+            DType::F32 => "simple_add_f32",
+            DType::F16 => "simple_add_f16",
+            _ => "simple_add_bf16",
+        }
+    }
+
+    /// Enqueues `out = a + b` on `stream`.
+    ///
+    /// # Safety
+    /// `a`, `b` and `out` must be device pointers valid for `self.len` elements of `self.dtype`
+    /// in the context that owns `stream`.
+    pub unsafe fn launch_cuda(
+        self,
+        kernels: &KernelModule,
+        stream: Stream,
+        a: *const c_void,
+        b: *const c_void,
+        out: *mut c_void,
+    ) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let module = kernels.for_stream(stream)?;
+        let elem = self.dtype.size_bytes().unwrap();
+        let vector_ok = [a, b, out as *const c_void].iter().all(|&p| aligned(p, 16));
+        let per_thread = if vector_ok { vector_width(elem) } else { 1 };
+        const THREADS: u32 = 256;
+        let wanted = self.len.div_ceil(per_thread).div_ceil(THREADS as usize);
+        // Grid-stride loop: a few waves of blocks is enough to saturate bandwidth.
+        let max_blocks = module.multiprocessors as usize * 16;
+        let blocks = wanted.clamp(1, max_blocks) as u32;
+        let mut args = KernelArgs::new();
+        args.push(a).push(b).push(out).push(self.len as u64).push(vector_ok as u32);
+        let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
+        module.launch(stream, self.kernel(), cfg, &mut args.pointers())
+    }
+
+    /// CPU implementation: `out = a + b` over host byte buffers (the Host handler).
+    pub fn run_cpu(self, a: &[u8], b: &[u8], out: &mut [u8]) -> Result<()> {
+        let bytes = self.len * self.dtype.size_bytes().unwrap();
+        ensure!(a.len() >= bytes && b.len() >= bytes && out.len() >= bytes, "simple_add: buffers smaller than {bytes} bytes");
+        for i in 0..self.len {
+            let v = elem::load(self.dtype, a, i) + elem::load(self.dtype, b, i);
+            elem::store(self.dtype, out, i, v);
+        }
+        Ok(())
+    }
+}

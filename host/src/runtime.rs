@@ -1,0 +1,260 @@
+//! CUDA runtime for custom calls: driver loading, one PTX module per CUDA context, launches on a
+//! stream we do not own.
+//!
+//! - The driver is reached through `cudarc`'s dynamically loaded bindings, so building or loading
+//!   the shared library needs nothing CUDA. cudarc panics when libcuda is absent, so every entry
+//!   first goes through [`ensure_driver`], which turns that into [`Error::NoDriver`].
+//! - XLA hands us a `CUstream`; the module must be loaded in *that stream's* context
+//!   (`cuStreamGetCtx`), which need not be the thread's current one. Modules are cached per
+//!   `CUcontext` behind a mutex (candle keeps one module store per device the same way).
+//! - Kernels are enqueued on the given stream only; nothing here synchronizes the device.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::result as cu;
+use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUfunction, CUmodule, CUstream};
+
+use crate::error::{Error, Result};
+
+pub use cudarc::driver::sys::CUstream as Stream;
+
+/// Loads libcuda and calls `cuInit` once per process.
+pub fn ensure_driver() -> Result<()> {
+    static INIT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let outcome = INIT.get_or_init(|| {
+        // SAFETY: only probes whether the library can be opened.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(String::new());
+        }
+        cu::init().map_err(|e| Error::cuda("cuInit", e).to_string())
+    });
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(msg) if msg.is_empty() => Err(Error::NoDriver),
+        Err(msg) => Err(Error::invalid(msg.clone())),
+    }
+}
+
+/// The kernels of one PTX image, loaded lazily into each CUDA context that asks for them.
+pub struct KernelModule {
+    /// NUL-terminated PTX text.
+    ptx: &'static str,
+    /// (CUcontext address, module): a process sees a handful of contexts, so a list suffices.
+    contexts: Mutex<Vec<(usize, Arc<ContextModule>)>>,
+}
+
+/// The PTX image loaded into one context, with the per-device facts launches need.
+pub struct ContextModule {
+    context: CUcontext,
+    module: CUmodule,
+    functions: Mutex<HashMap<&'static str, usize>>,
+    /// Streaming multiprocessors of the context's device (sizes split-KV grids).
+    pub multiprocessors: u32,
+    /// Compute capability as `major * 10 + minor`.
+    pub compute_capability: u32,
+}
+
+// SAFETY: CUcontext/CUmodule are opaque driver handles, valid on any thread; the driver API is
+// thread-safe, and the function cache is behind a mutex.
+unsafe impl Send for ContextModule {}
+// SAFETY: see above.
+unsafe impl Sync for ContextModule {}
+
+impl KernelModule {
+    /// `ptx` must end with a NUL byte (`cuModuleLoadData` reads a C string).
+    pub const fn new(ptx: &'static str) -> Self {
+        KernelModule { ptx, contexts: Mutex::new(Vec::new()) }
+    }
+
+    /// The PTX text, without its terminating NUL.
+    pub fn ptx(&self) -> &'static str {
+        self.ptx.trim_end_matches('\0')
+    }
+
+    /// The module loaded in the context that owns `stream`, loading it on first use.
+    pub fn for_stream(&self, stream: CUstream) -> Result<Arc<ContextModule>> {
+        ensure_driver()?;
+        let context = stream_context(stream)?;
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, m)) = contexts.iter().find(|(c, _)| *c == context as usize) {
+            return Ok(m.clone());
+        }
+        if !self.ptx.ends_with('\0') {
+            return Err(Error::invalid("internal: PTX image is not NUL-terminated"));
+        }
+        let _guard = ContextGuard::push(context)?;
+        // SAFETY: the image is a NUL-terminated PTX string; the context is current.
+        let module = unsafe { cu::module::load_data(self.ptx.as_ptr() as *const c_void) }
+            .map_err(|e| Error::cuda("cuModuleLoadData", e))?;
+        let mut device = 0;
+        // SAFETY: out-pointer to a local; context is current.
+        unsafe { sys::cuCtxGetDevice(&mut device) }.result().map_err(|e| Error::cuda("cuCtxGetDevice", e))?;
+        // SAFETY: `device` came from the driver.
+        let attr = |a| unsafe { cu::device::get_attribute(device, a) }.map_err(|e| Error::cuda("cuDeviceGetAttribute", e));
+        let multiprocessors = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32;
+        let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32;
+        let loaded = Arc::new(ContextModule {
+            context,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            multiprocessors,
+            compute_capability: major * 10 + minor,
+        });
+        contexts.push((context as usize, loaded.clone()));
+        Ok(loaded)
+    }
+}
+
+impl ContextModule {
+    /// The kernel called `name` (cached after the first lookup).
+    pub fn function(&self, name: &'static str) -> Result<CUfunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&f) = functions.get(name) {
+            return Ok(f as CUfunction);
+        }
+        let cname = CString::new(name).map_err(|_| Error::invalid("kernel name contains NUL"))?;
+        // SAFETY: module is loaded and never unloaded.
+        let f = unsafe { cu::module::get_function(self.module, cname) }
+            .map_err(|e| Error::cuda("cuModuleGetFunction", e))?;
+        functions.insert(name, f as usize);
+        Ok(f)
+    }
+
+    /// Enqueues `kernel` on `stream`.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in number, order and type (each entry points
+    /// at a value of the parameter's type), and every device pointer among them must be valid for
+    /// the accesses the kernel makes with the given grid.
+    pub unsafe fn launch(&self, stream: CUstream, kernel: &'static str, cfg: LaunchConfig, args: &mut [*mut c_void]) -> Result<()> {
+        let f = self.function(kernel)?;
+        let _guard = ContextGuard::push(self.context)?;
+        if cfg.shared_bytes > 48 * 1024 {
+            sys::cuFuncSetAttribute(
+                f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.shared_bytes as i32,
+            )
+            .result()
+            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))?;
+        }
+        cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
+            .map_err(|e| Error::cuda("cuLaunchKernel", e))
+    }
+
+    /// Stream-ordered scratch memory (`cuMemAllocAsync`), freed by [`Scratch::free`] on the same
+    /// stream after the kernels that use it.
+    pub fn alloc_scratch(&self, stream: CUstream, bytes: usize) -> Result<Scratch> {
+        let _guard = ContextGuard::push(self.context)?;
+        // SAFETY: the memory is only used by kernels enqueued on `stream` before `free`.
+        let ptr = unsafe { cu::malloc_async(stream, bytes.max(1)) }.map_err(|e| Error::cuda("cuMemAllocAsync", e))?;
+        Ok(Scratch { ptr, stream, context: self.context })
+    }
+}
+
+/// Device memory from [`ContextModule::alloc_scratch`].
+pub struct Scratch {
+    ptr: sys::CUdeviceptr,
+    stream: CUstream,
+    context: CUcontext,
+}
+
+impl Scratch {
+    /// Device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Frees the memory once the stream reaches this point.
+    pub fn free(self) -> Result<()> {
+        let _guard = ContextGuard::push(self.context)?;
+        // SAFETY: allocated on this stream; later work on the stream no longer uses it.
+        unsafe { cu::free_async(self.ptr, self.stream) }.map_err(|e| Error::cuda("cuMemFreeAsync", e))
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+/// The context that owns `stream` (the current context for the legacy NULL stream).
+fn stream_context(stream: CUstream) -> Result<CUcontext> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }.result().map_err(|e| Error::cuda("cuStreamGetCtx", e))?;
+    if ctx.is_null() {
+        return Err(Error::invalid("the stream has no CUDA context"));
+    }
+    Ok(ctx)
+}
+
+/// Makes a context current for a scope, restoring the previous one on drop.
+struct ContextGuard {
+    pushed: bool,
+}
+
+impl ContextGuard {
+    fn push(ctx: CUcontext) -> Result<Self> {
+        let current = cu::ctx::get_current().map_err(|e| Error::cuda("cuCtxGetCurrent", e))?;
+        if current == Some(ctx) {
+            return Ok(ContextGuard { pushed: false });
+        }
+        // SAFETY: ctx is a live context obtained from the driver.
+        unsafe { sys::cuCtxPushCurrent_v2(ctx) }.result().map_err(|e| Error::cuda("cuCtxPushCurrent", e))?;
+        Ok(ContextGuard { pushed: true })
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if self.pushed {
+            let mut popped = std::ptr::null_mut();
+            // SAFETY: pops the context pushed in `push`.
+            let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+        }
+    }
+}
+
+/// Builds the `void**` argument array of `cuLaunchKernel` from typed values.
+#[derive(Default)]
+pub struct KernelArgs {
+    storage: Vec<Box<[u8]>>,
+}
+
+impl KernelArgs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a by-value parameter (a pointer, a scalar, or a `#[repr(C)]` struct of scalars).
+    pub fn push<T: Copy>(&mut self, value: T) -> &mut Self {
+        let bytes =
+            // SAFETY: reading the bytes of a Copy value we own.
+            unsafe { std::slice::from_raw_parts(&value as *const T as *const u8, std::mem::size_of::<T>()) };
+        // Over-allocate to keep 8-byte alignment of every parameter copy.
+        let mut buf = vec![0u8; bytes.len().max(8) + 8].into_boxed_slice();
+        let offset = buf.as_ptr().align_offset(8);
+        buf[offset..offset + bytes.len()].copy_from_slice(bytes);
+        self.storage.push(buf);
+        self
+    }
+
+    /// Pointers to each parameter, valid while `self` lives and is not pushed to.
+    pub fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.storage
+            .iter_mut()
+            .map(|b| {
+                let offset = b.as_ptr().align_offset(8);
+                // SAFETY: offset is inside the buffer by construction.
+                unsafe { b.as_mut_ptr().add(offset) as *mut c_void }
+            })
+            .collect()
+    }
+}

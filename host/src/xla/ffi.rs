@@ -1,0 +1,644 @@
+//! The XLA FFI C ABI (typed custom calls, HLO `api_version` 4), written by hand from
+//! `xla/ffi/api/c_api.h`: no crate provides the handler side, and no XLA symbol is needed at link
+//! time (everything goes through `call_frame->api`). Layouts are x86-64 and stable from jax 0.5 to
+//! 0.11.2; see `shared/reference/xla-ffi-abi.md` §2.
+//!
+//! Compatibility rules followed here: report API version 0.1 in the metadata probe (accepted by
+//! every runtime since jax 0.5 and torch_xla 2.8), accept `struct_size >=` the 0.1 sizes, fill
+//! argument structs with 0.1 STRUCT_SIZE values, use only `Error_Create` and `Stream_Get`.
+
+use std::ffi::{c_char, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::dtype::{DType, TensorRef};
+use crate::error::{Error, Result};
+
+/// `XLA_FFI_Api_Version`.
+#[repr(C)]
+pub struct ApiVersion {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub major_version: i32,
+    pub minor_version: i32,
+}
+
+/// `XLA_FFI_Extension_Base` / `XLA_FFI_InternalExtension`.
+#[repr(C)]
+pub struct ExtensionBase {
+    pub struct_size: usize,
+    pub extension_type: i32,
+    pub next: *mut ExtensionBase,
+}
+
+/// `XLA_FFI_Extension_Metadata`.
+pub const EXTENSION_METADATA: i32 = 1;
+
+/// `XLA_FFI_Metadata` up to `traits` (never write `state_type_id`: older runtimes lack it).
+#[repr(C)]
+pub struct Metadata {
+    pub struct_size: usize,
+    pub api_version: ApiVersion,
+    pub traits: u32,
+}
+
+/// `XLA_FFI_Metadata_Extension`.
+#[repr(C)]
+pub struct MetadataExtension {
+    pub extension_base: ExtensionBase,
+    pub metadata: *mut Metadata,
+}
+
+/// `XLA_FFI_Buffer`.
+#[repr(C)]
+pub struct Buffer {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub dtype: i32,
+    pub data: *mut c_void,
+    pub rank: i64,
+    pub dims: *const i64,
+}
+
+/// `XLA_FFI_Args` and `XLA_FFI_Rets` (same layout).
+#[repr(C)]
+pub struct Args {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub size: i64,
+    pub types: *const i32,
+    pub args: *const *mut c_void,
+}
+
+/// `XLA_FFI_Attrs` (sorted by name).
+#[repr(C)]
+pub struct Attrs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub size: i64,
+    pub types: *const i32,
+    pub names: *const *const ByteSpan,
+    pub attrs: *const *mut c_void,
+}
+
+/// `XLA_FFI_ByteSpan` (not NUL-terminated).
+#[repr(C)]
+pub struct ByteSpan {
+    pub ptr: *const u8,
+    pub len: usize,
+}
+
+/// `XLA_FFI_Scalar`.
+#[repr(C)]
+pub struct Scalar {
+    pub dtype: i32,
+    pub value: *mut c_void,
+}
+
+/// `XLA_FFI_CallFrame` (STRUCT_SIZE 168: `future` lies beyond it).
+#[repr(C)]
+pub struct CallFrame {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub api: *const Api,
+    pub ctx: *mut c_void,
+    pub stage: i32,
+    pub args: Args,
+    pub rets: Args,
+    pub attrs: Attrs,
+}
+
+/// `XLA_FFI_CallFrame_STRUCT_SIZE`.
+pub const CALL_FRAME_STRUCT_SIZE: usize = 168;
+/// `XLA_FFI_ExecutionStage_EXECUTE` (since 2024-07).
+pub const STAGE_EXECUTE: i32 = 3;
+/// `XLA_FFI_ArgType_BUFFER` / `XLA_FFI_RetType_BUFFER`.
+pub const ARG_BUFFER: i32 = 1;
+/// `XLA_FFI_AttrType_*`.
+pub const ATTR_ARRAY: i32 = 1;
+pub const ATTR_DICTIONARY: i32 = 2;
+pub const ATTR_SCALAR: i32 = 3;
+pub const ATTR_STRING: i32 = 4;
+
+/// Opaque `XLA_FFI_Error`.
+#[repr(C)]
+pub struct FfiError {
+    _private: [u8; 0],
+}
+
+/// `XLA_FFI_Error_Create_Args` (STRUCT_SIZE 28).
+#[repr(C)]
+pub struct ErrorCreateArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub message: *const c_char,
+    pub errc: i32,
+}
+
+/// `XLA_FFI_Stream_Get_Args` (STRUCT_SIZE 32).
+#[repr(C)]
+pub struct StreamGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub ctx: *mut c_void,
+    pub stream: *mut c_void,
+}
+
+type ErrorCreateFn = unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut FfiError;
+type StreamGetFn = unsafe extern "C" fn(*mut StreamGetArgs) -> *mut FfiError;
+
+/// The head of `XLA_FFI_Api`, up to `XLA_FFI_Stream_Get` (offset 80): all this crate calls.
+#[repr(C)]
+pub struct Api {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub api_version: ApiVersion,
+    pub internal_api: *const c_void,
+    pub error_create: Option<ErrorCreateFn>,
+    pub error_get_message: *const c_void,
+    pub error_destroy: *const c_void,
+    pub handler_register: *const c_void,
+    pub stream_get: Option<StreamGetFn>,
+}
+
+/// `XLA_FFI_Error_Code` values used here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ErrorCode {
+    InvalidArgument = 3,
+    FailedPrecondition = 9,
+    Unimplemented = 12,
+    Internal = 13,
+}
+
+impl From<&Error> for ErrorCode {
+    fn from(e: &Error) -> Self {
+        match e {
+            Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Error::NoDriver => ErrorCode::FailedPrecondition,
+            Error::Cuda { .. } | Error::Panic(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+/// Smallest `XLA_FFI_Api.struct_size` that holds `Error_Create` and `Stream_Get` (jax 0.5 reports 88).
+const API_MIN_SIZE: usize = 88;
+
+/// A decoded call frame for the execute stage.
+pub struct Call<'a> {
+    frame: &'a CallFrame,
+}
+
+impl<'a> Call<'a> {
+    /// Number of buffer arguments.
+    pub fn num_args(&self) -> usize {
+        self.frame.args.size.max(0) as usize
+    }
+
+    /// Number of buffer results.
+    pub fn num_rets(&self) -> usize {
+        self.frame.rets.size.max(0) as usize
+    }
+
+    /// Argument `i` as a tensor.
+    pub fn arg(&self, i: usize) -> Result<TensorRef<'a>> {
+        // SAFETY: XLA guarantees `args` holds `size` valid entries for the call's duration.
+        unsafe { buffer_at(&self.frame.args, i, "argument") }
+    }
+
+    /// Result `i` as a tensor.
+    pub fn ret(&self, i: usize) -> Result<TensorRef<'a>> {
+        // SAFETY: as for `arg`.
+        unsafe { buffer_at(&self.frame.rets, i, "result") }
+    }
+
+    /// Checks the number of arguments and results.
+    pub fn expect_arity(&self, op: &str, args: usize, rets: usize) -> Result<()> {
+        if self.num_args() != args || self.num_rets() != rets {
+            return Err(Error::invalid(format!(
+                "{op}: expected {args} operands and {rets} result(s), got {} and {}",
+                self.num_args(),
+                self.num_rets()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Names of all attributes.
+    pub fn attribute_names(&self) -> Vec<String> {
+        let attrs = &self.frame.attrs;
+        (0..attrs.size.max(0) as usize)
+            .map(|i| {
+                // SAFETY: XLA provides `size` name spans.
+                unsafe { span_str(&**attrs.names.add(i)) }.to_string()
+            })
+            .collect()
+    }
+
+    fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
+        let attrs = &self.frame.attrs;
+        for i in 0..attrs.size.max(0) as usize {
+            // SAFETY: XLA provides `size` names, types and values.
+            unsafe {
+                if span_str(&**attrs.names.add(i)) == name {
+                    return Some((*attrs.types.add(i), *attrs.attrs.add(i)));
+                }
+            }
+        }
+        None
+    }
+
+    fn scalar(&self, name: &str) -> Result<Option<(DType, *mut c_void)>> {
+        match self.find_attr(name) {
+            None => Ok(None),
+            Some((ATTR_SCALAR, ptr)) => {
+                // SAFETY: a SCALAR attribute points at an XLA_FFI_Scalar.
+                let s = unsafe { &*(ptr as *const Scalar) };
+                Ok(Some((DType::from_xla(s.dtype), s.value)))
+            }
+            Some((kind, _)) => Err(Error::invalid(format!(
+                "attribute '{name}' must be a scalar, got attribute kind {}",
+                match kind {
+                    ATTR_ARRAY => "array",
+                    ATTR_DICTIONARY => "dictionary",
+                    ATTR_STRING => "string",
+                    _ => "unknown",
+                }
+            ))),
+        }
+    }
+
+    /// A float attribute: F32 or F64 (JAX sends Python floats as F64), or any integer.
+    pub fn attr_f32(&self, name: &str) -> Result<Option<f32>> {
+        let Some((dtype, v)) = self.scalar(name)? else { return Ok(None) };
+        // SAFETY: `v` points at a value of `dtype`.
+        let value = unsafe {
+            match dtype {
+                DType::F32 => *(v as *const f32),
+                DType::F64 => *(v as *const f64) as f32,
+                _ => read_int(dtype, v).map(|i| i as f32).ok_or_else(|| {
+                    Error::invalid(format!("attribute '{name}' must be a float (f32 or f64), got {dtype}"))
+                })?,
+            }
+        };
+        Ok(Some(value))
+    }
+
+    /// An integer attribute of any width or signedness (JAX sends Python ints as S64).
+    pub fn attr_i64(&self, name: &str) -> Result<Option<i64>> {
+        let Some((dtype, v)) = self.scalar(name)? else { return Ok(None) };
+        // SAFETY: `v` points at a value of `dtype`.
+        let value = unsafe { read_int(dtype, v) }
+            .ok_or_else(|| Error::invalid(format!("attribute '{name}' must be an integer, got {dtype}")))?;
+        Ok(Some(value))
+    }
+
+    /// Rejects attributes outside `known` (catches typos such as `sm_scal`).
+    pub fn only_attributes(&self, op: &str, known: &[&str]) -> Result<()> {
+        for name in self.attribute_names() {
+            if !known.contains(&name.as_str()) {
+                return Err(Error::invalid(format!("{op}: unknown attribute '{name}'; known: {}", known.join(", "))));
+            }
+        }
+        Ok(())
+    }
+
+    /// The CUDA stream XLA runs this call on.
+    pub fn stream(&self) -> Result<*mut c_void> {
+        let api = self.api()?;
+        let get = api.stream_get.ok_or_else(|| Error::invalid("XLA_FFI_Stream_Get is missing"))?;
+        let mut args = StreamGetArgs {
+            struct_size: 32,
+            extension_start: std::ptr::null_mut(),
+            ctx: self.frame.ctx,
+            stream: std::ptr::null_mut(),
+        };
+        // SAFETY: valid args struct for the runtime's Stream_Get.
+        let err = unsafe { get(&mut args) };
+        if !err.is_null() {
+            return Err(Error::invalid("XLA_FFI_Stream_Get failed: no GPU stream for this call"));
+        }
+        Ok(args.stream)
+    }
+
+    fn api(&self) -> Result<&Api> {
+        if self.frame.api.is_null() {
+            return Err(Error::invalid("XLA FFI call frame has no API table"));
+        }
+        // SAFETY: non-null API table provided by XLA for the call's duration.
+        Ok(unsafe { &*self.frame.api })
+    }
+}
+
+unsafe fn read_int(dtype: DType, v: *mut c_void) -> Option<i64> {
+    Some(match dtype {
+        DType::Pred => *(v as *const u8) as i64,
+        DType::S8 => *(v as *const i8) as i64,
+        DType::S16 => *(v as *const i16) as i64,
+        DType::S32 => *(v as *const i32) as i64,
+        DType::S64 => *(v as *const i64),
+        DType::U8 => *(v as *const u8) as i64,
+        DType::U16 => *(v as *const u16) as i64,
+        DType::U32 => *(v as *const u32) as i64,
+        DType::U64 => i64::try_from(*(v as *const u64)).ok()?,
+        _ => return None,
+    })
+}
+
+unsafe fn span_str<'a>(span: &ByteSpan) -> &'a str {
+    if span.ptr.is_null() {
+        return "";
+    }
+    std::str::from_utf8(std::slice::from_raw_parts(span.ptr, span.len)).unwrap_or("<non-utf8>")
+}
+
+unsafe fn buffer_at<'a>(list: &Args, i: usize, what: &str) -> Result<TensorRef<'a>> {
+    if i >= list.size.max(0) as usize {
+        return Err(Error::invalid(format!("missing {what} {i}")));
+    }
+    if *list.types.add(i) != ARG_BUFFER {
+        return Err(Error::invalid(format!("{what} {i} is not a buffer")));
+    }
+    let b = &*(*list.args.add(i) as *const Buffer);
+    if b.struct_size < 48 {
+        return Err(Error::invalid(format!("{what} {i}: unexpected XLA_FFI_Buffer size {}", b.struct_size)));
+    }
+    let dims = if b.rank <= 0 { &[][..] } else { std::slice::from_raw_parts(b.dims, b.rank as usize) };
+    Ok(TensorRef { data: b.data, dtype: DType::from_xla(b.dtype), dims })
+}
+
+/// Creates an `XLA_FFI_Error` (NULL when the runtime gives us no way to).
+///
+/// # Safety
+/// `api` must be null or XLA's API table.
+pub unsafe fn create_error(api: *const Api, code: ErrorCode, message: &str) -> *mut FfiError {
+    if api.is_null() || (*api).struct_size < API_MIN_SIZE {
+        eprintln!("xla-gpu-kernels: {message}");
+        return std::ptr::null_mut();
+    }
+    let Some(create) = (*api).error_create else { return std::ptr::null_mut() };
+    let msg = CString::new(message.replace('\0', " ")).unwrap();
+    let mut args = ErrorCreateArgs { struct_size: 28, extension_start: std::ptr::null_mut(), message: msg.as_ptr(), errc: code as i32 };
+    create(&mut args)
+}
+
+/// The body of every exported FFI handler: answers the metadata probe, ignores stages other than
+/// execute, runs `body` with panics caught, and turns errors into `XLA_FFI_Error`s.
+///
+/// # Safety
+/// `frame` must be null or a call frame from XLA, valid for the duration of the call.
+pub unsafe fn handle(frame: *mut CallFrame, body: impl FnOnce(&Call) -> Result<()>) -> *mut FfiError {
+    if frame.is_null() {
+        return std::ptr::null_mut();
+    }
+    // The probe comes first, before anything else is read: `api` may be NULL and `ctx` is NULL.
+    let ext = (*frame).extension_start;
+    if !ext.is_null() && (*ext).extension_type == EXTENSION_METADATA {
+        let md = (*(ext as *mut MetadataExtension)).metadata;
+        if !md.is_null() {
+            (*md).api_version.struct_size = std::mem::size_of::<ApiVersion>();
+            (*md).api_version.extension_start = std::ptr::null_mut();
+            (*md).api_version.major_version = 0;
+            (*md).api_version.minor_version = 1;
+            // Not COMMAND_BUFFER_COMPATIBLE: launches depend on the device (split-KV sizing).
+            (*md).traits = 0;
+        }
+        return std::ptr::null_mut();
+    }
+    let f = &*frame;
+    if f.struct_size < CALL_FRAME_STRUCT_SIZE {
+        return create_error(f.api, ErrorCode::Internal, &format!("unsupported XLA_FFI_CallFrame size {}", f.struct_size));
+    }
+    if f.stage != STAGE_EXECUTE {
+        return std::ptr::null_mut();
+    }
+    let call = Call { frame: f };
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(&call))).unwrap_or_else(|panic| Err(Error::Panic(panic_message(&*panic))));
+    match outcome {
+        Ok(()) => std::ptr::null_mut(),
+        Err(e) => create_error(f.api, ErrorCode::from(&e), &e.to_string()),
+    }
+}
+
+/// Text of a caught panic payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}
+
+/// Builders of synthetic call frames, for tests of the decoding without XLA.
+pub mod testing {
+    use super::*;
+
+    /// Owns everything a synthetic call frame points to.
+    pub struct FrameBuilder {
+        buffers: Vec<Box<Buffer>>,
+        dims: Vec<Box<[i64]>>,
+        arg_ptrs: Vec<*mut c_void>,
+        ret_ptrs: Vec<*mut c_void>,
+        arg_types: Vec<i32>,
+        ret_types: Vec<i32>,
+        names: Vec<Box<ByteSpan>>,
+        name_strs: Vec<Box<str>>,
+        name_ptrs: Vec<*const ByteSpan>,
+        attr_types: Vec<i32>,
+        attr_ptrs: Vec<*mut c_void>,
+        scalars: Vec<Box<Scalar>>,
+        values: Vec<Box<[u8; 8]>>,
+        pub api: Box<Api>,
+        pub frame: Box<CallFrame>,
+        pub stage: i32,
+    }
+
+    unsafe extern "C" fn fake_error_create(args: *mut ErrorCreateArgs) -> *mut FfiError {
+        let msg = std::ffi::CStr::from_ptr((*args).message).to_string_lossy().into_owned();
+        Box::into_raw(Box::new((((*args).errc), msg))) as *mut FfiError
+    }
+
+    /// Reads back an error made by the fake `Error_Create` (code, message).
+    ///
+    /// # Safety
+    /// `err` must come from a handler called on a [`FrameBuilder`] frame.
+    pub unsafe fn take_error(err: *mut FfiError) -> Option<(i32, String)> {
+        if err.is_null() {
+            None
+        } else {
+            Some(*Box::from_raw(err as *mut (i32, String)))
+        }
+    }
+
+    impl Default for FrameBuilder {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl FrameBuilder {
+        pub fn new() -> Self {
+            let api = Box::new(Api {
+                struct_size: 192,
+                extension_start: std::ptr::null_mut(),
+                api_version: ApiVersion { struct_size: 24, extension_start: std::ptr::null_mut(), major_version: 0, minor_version: 3 },
+                internal_api: std::ptr::null(),
+                error_create: Some(fake_error_create),
+                error_get_message: std::ptr::null(),
+                error_destroy: std::ptr::null(),
+                handler_register: std::ptr::null(),
+                stream_get: None,
+            });
+            let empty = || Args { struct_size: 40, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), args: std::ptr::null() };
+            let frame = Box::new(CallFrame {
+                struct_size: CALL_FRAME_STRUCT_SIZE,
+                extension_start: std::ptr::null_mut(),
+                api: std::ptr::null(),
+                ctx: std::ptr::null_mut(),
+                stage: STAGE_EXECUTE,
+                args: empty(),
+                rets: empty(),
+                attrs: Attrs { struct_size: 48, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), names: std::ptr::null(), attrs: std::ptr::null() },
+            });
+            FrameBuilder {
+                buffers: vec![],
+                dims: vec![],
+                arg_ptrs: vec![],
+                ret_ptrs: vec![],
+                arg_types: vec![],
+                ret_types: vec![],
+                names: vec![],
+                name_strs: vec![],
+                name_ptrs: vec![],
+                attr_types: vec![],
+                attr_ptrs: vec![],
+                scalars: vec![],
+                values: vec![],
+                api,
+                frame,
+                stage: STAGE_EXECUTE,
+            }
+        }
+
+        fn buffer(&mut self, dtype: DType, dims: &[i64], data: *mut c_void) -> *mut c_void {
+            let d: Box<[i64]> = dims.into();
+            let mut b = Box::new(Buffer { struct_size: 48, extension_start: std::ptr::null_mut(), dtype: dtype.to_xla(), data, rank: dims.len() as i64, dims: d.as_ptr() });
+            let p = &mut *b as *mut Buffer as *mut c_void;
+            self.dims.push(d);
+            self.buffers.push(b);
+            p
+        }
+
+        pub fn arg(mut self, dtype: DType, dims: &[i64], data: *mut c_void) -> Self {
+            let p = self.buffer(dtype, dims, data);
+            self.arg_ptrs.push(p);
+            self.arg_types.push(ARG_BUFFER);
+            self
+        }
+
+        pub fn ret(mut self, dtype: DType, dims: &[i64], data: *mut c_void) -> Self {
+            let p = self.buffer(dtype, dims, data);
+            self.ret_ptrs.push(p);
+            self.ret_types.push(ARG_BUFFER);
+            self
+        }
+
+        /// A scalar attribute of `dtype` holding the little-endian bytes of `value`.
+        pub fn scalar(mut self, name: &str, dtype: DType, value: [u8; 8]) -> Self {
+            let mut v = Box::new(value);
+            let mut s = Box::new(Scalar { dtype: dtype.to_xla(), value: v.as_mut_ptr() as *mut c_void });
+            self.attr_ptrs.push(&mut *s as *mut Scalar as *mut c_void);
+            self.attr_types.push(ATTR_SCALAR);
+            let name: Box<str> = name.into();
+            let span = Box::new(ByteSpan { ptr: name.as_ptr(), len: name.len() });
+            self.name_ptrs.push(&*span as *const ByteSpan);
+            self.names.push(span);
+            self.name_strs.push(name);
+            self.scalars.push(s);
+            self.values.push(v);
+            self
+        }
+
+        pub fn f64_attr(self, name: &str, v: f64) -> Self {
+            self.scalar(name, DType::F64, v.to_le_bytes())
+        }
+
+        pub fn f32_attr(self, name: &str, v: f32) -> Self {
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&v.to_le_bytes());
+            self.scalar(name, DType::F32, b)
+        }
+
+        pub fn i64_attr(self, name: &str, v: i64) -> Self {
+            self.scalar(name, DType::S64, v.to_le_bytes())
+        }
+
+        /// Finishes the frame; the pointer stays valid while `self` lives.
+        pub fn frame(&mut self) -> *mut CallFrame {
+            let f = &mut *self.frame;
+            f.api = &*self.api;
+            f.stage = self.stage;
+            f.args.size = self.arg_ptrs.len() as i64;
+            f.args.types = self.arg_types.as_ptr();
+            f.args.args = self.arg_ptrs.as_ptr();
+            f.rets.size = self.ret_ptrs.len() as i64;
+            f.rets.types = self.ret_types.as_ptr();
+            f.rets.args = self.ret_ptrs.as_ptr();
+            f.attrs.size = self.attr_ptrs.len() as i64;
+            f.attrs.types = self.attr_types.as_ptr();
+            f.attrs.names = self.name_ptrs.as_ptr();
+            f.attrs.attrs = self.attr_ptrs.as_ptr();
+            f
+        }
+    }
+
+    /// A metadata probe frame as XLA builds it at registration, and its metadata.
+    pub fn probe_frame(api: *const Api) -> (Box<CallFrame>, Box<MetadataExtension>, Box<Metadata>) {
+        let mut md = Box::new(Metadata {
+            struct_size: 36,
+            api_version: ApiVersion { struct_size: 24, extension_start: std::ptr::null_mut(), major_version: 0, minor_version: 0 },
+            traits: 0,
+        });
+        let mut ext = Box::new(MetadataExtension {
+            extension_base: ExtensionBase { struct_size: 32, extension_type: EXTENSION_METADATA, next: std::ptr::null_mut() },
+            metadata: &mut *md,
+        });
+        let empty = || Args { struct_size: 40, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), args: std::ptr::null() };
+        let frame = Box::new(CallFrame {
+            struct_size: CALL_FRAME_STRUCT_SIZE,
+            extension_start: &mut ext.extension_base,
+            api,
+            ctx: std::ptr::null_mut(),
+            stage: STAGE_EXECUTE,
+            args: empty(),
+            rets: empty(),
+            attrs: Attrs { struct_size: 48, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), names: std::ptr::null(), attrs: std::ptr::null() },
+        });
+        (frame, ext, md)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn layouts_match_c_api_h() {
+        assert_eq!(size_of::<ApiVersion>(), 24);
+        assert_eq!(offset_of!(Metadata, traits), 32);
+        assert_eq!(offset_of!(MetadataExtension, metadata), 24);
+        assert_eq!(size_of::<Buffer>(), 48);
+        assert_eq!(size_of::<Args>(), 40);
+        assert_eq!(size_of::<Attrs>(), 48);
+        assert_eq!(offset_of!(CallFrame, args), 40);
+        assert_eq!(offset_of!(CallFrame, rets), 80);
+        assert_eq!(offset_of!(CallFrame, attrs), 120);
+        assert_eq!(size_of::<CallFrame>(), CALL_FRAME_STRUCT_SIZE);
+        assert_eq!(offset_of!(Api, error_create), 48);
+        assert_eq!(offset_of!(Api, stream_get), 80);
+        assert_eq!(offset_of!(ErrorCreateArgs, errc), 24);
+        assert_eq!(offset_of!(StreamGetArgs, stream), 24);
+    }
+}

@@ -1,0 +1,252 @@
+//! Custom-call handlers: decode what XLA passes (call frame or buffers + opaque), validate it into
+//! an op, then launch on XLA's stream (CUDA) or compute on the CPU (Host). The root crate's
+//! exported symbols are one-line calls into these.
+
+use std::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cudarc::driver::sys::CUstream;
+
+use super::ffi::{self, Call, FfiError};
+use super::legacy::{self, Opaque};
+use crate::dtype::{DType, TensorRef};
+use crate::error::{Error, Result};
+use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention};
+use crate::ops::simple_add::SimpleAdd;
+use crate::runtime::KernelModule;
+
+/// Attribute names of `xla_gpu_paged_attention`.
+pub const PAGED_ATTENTION_ATTRIBUTES: [&str; 6] = ["k_scale", "mask_value", "sliding_window", "sm_scale", "soft_cap", "v_scale"];
+
+fn simple_add_from_call<'a>(call: &Call<'a>) -> Result<(SimpleAdd, [TensorRef<'a>; 3])> {
+    call.expect_arity("simple_add", 2, 1)?;
+    call.only_attributes("simple_add", &[])?;
+    let (a, b, out) = (call.arg(0)?, call.arg(1)?, call.ret(0)?);
+    Ok((SimpleAdd::from_tensors(&a, &b, &out)?, [a, b, out]))
+}
+
+/// Typed FFI handler body of `xla_gpu_simple_add` on CUDA.
+///
+/// # Safety
+/// `frame` must come from XLA (see [`ffi::handle`]).
+pub unsafe fn simple_add_cuda(kernels: &KernelModule, frame: *mut ffi::CallFrame) -> *mut FfiError {
+    ffi::handle(frame, |call| {
+        let (op, [a, b, out]) = simple_add_from_call(call)?;
+        let stream = call.stream()? as CUstream;
+        op.launch_cuda(kernels, stream, a.data, b.data, out.data)
+    })
+}
+
+/// Typed FFI handler body of `xla_gpu_simple_add` on Host (CPU).
+///
+/// # Safety
+/// `frame` must come from XLA (see [`ffi::handle`]).
+pub unsafe fn simple_add_host(frame: *mut ffi::CallFrame) -> *mut FfiError {
+    ffi::handle(frame, |call| {
+        let (op, [a, b, out]) = simple_add_from_call(call)?;
+        let bytes = op.len * op.dtype.size_bytes().unwrap();
+        op.run_cpu(host_bytes(a.data, bytes), host_bytes(b.data, bytes), host_bytes_mut(out.data, bytes))
+    })
+}
+
+fn simple_add_from_opaque(opaque: &[u8]) -> Result<SimpleAdd> {
+    let o = Opaque::parse(opaque)?;
+    o.expect("simple_add", &["dtype", "n"])?;
+    let dtype = SimpleAdd::check_dtype(o.dtype("dtype")?)?;
+    let len = usize::try_from(o.u64("n")?).map_err(|_| Error::invalid("n is too large"))?;
+    Ok(SimpleAdd { dtype, len })
+}
+
+/// Legacy (api_version 1 and 2) body of `XlaGpuSimpleAdd`: buffers `[a, b, out]`.
+///
+/// # Safety
+/// Arguments as XLA passes them to a legacy GPU custom call; `status` may be null (api_version 1).
+pub unsafe fn simple_add_legacy(
+    kernels: &KernelModule,
+    stream: CUstream,
+    buffers: *mut *mut c_void,
+    opaque: *const c_char,
+    opaque_len: usize,
+    status: *mut c_void,
+) {
+    legacy_call(status, || {
+        let op = simple_add_from_opaque(opaque_bytes(opaque, opaque_len))?;
+        let [a, b, out] = legacy_buffers::<3>(buffers)?;
+        op.launch_cuda(kernels, stream, a, b, out)
+    })
+}
+
+fn paged_attention_from_call<'a>(call: &Call<'a>) -> Result<(PagedAttention, [TensorRef<'a>; 7])> {
+    call.expect_arity("paged_attention", 6, 1)?;
+    call.only_attributes("paged_attention", &PAGED_ATTENTION_ATTRIBUTES)?;
+    let attrs = Attributes {
+        sm_scale: call.attr_f32("sm_scale")?.unwrap_or(1.0),
+        sliding_window: call.attr_i64("sliding_window")?.map(Attributes::sliding_window_from_i64).transpose()?,
+        soft_cap: call.attr_f32("soft_cap")?,
+        mask_value: call.attr_f32("mask_value")?,
+        k_scale: call.attr_f32("k_scale")?,
+        v_scale: call.attr_f32("v_scale")?,
+    };
+    let t = [call.arg(0)?, call.arg(1)?, call.arg(2)?, call.arg(3)?, call.arg(4)?, call.arg(5)?, call.ret(0)?];
+    let op = PagedAttention::from_tensors(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], attrs)?;
+    Ok((op, t))
+}
+
+fn device_buffers(t: &[*mut c_void; 7]) -> DeviceBuffers {
+    DeviceBuffers { q: t[0], kv_pages: t[1], kv_lens: t[2], page_indices: t[3], cu_q_lens: t[4], num_seqs: t[5], out: t[6] }
+}
+
+/// Typed FFI handler body of `xla_gpu_paged_attention` on CUDA.
+///
+/// # Safety
+/// `frame` must come from XLA (see [`ffi::handle`]).
+pub unsafe fn paged_attention_cuda(kernels: &KernelModule, frame: *mut ffi::CallFrame) -> *mut FfiError {
+    ffi::handle(frame, |call| {
+        let (op, t) = paged_attention_from_call(call)?;
+        let stream = call.stream()? as CUstream;
+        paged_attention::launch_cuda(kernels, stream, &op, device_buffers(&t.map(|x| x.data)))
+    })
+}
+
+/// Typed FFI handler body of `xla_gpu_paged_attention` on Host (CPU).
+///
+/// # Safety
+/// `frame` must come from XLA (see [`ffi::handle`]).
+pub unsafe fn paged_attention_host(frame: *mut ffi::CallFrame) -> *mut FfiError {
+    ffi::handle(frame, |call| {
+        let (op, t) = paged_attention_from_call(call)?;
+        run_paged_attention_cpu(&op, t.map(|x| x.data))
+    })
+}
+
+/// Runs the CPU implementation over host pointers of validated shapes.
+///
+/// # Safety
+/// Every pointer must be a host allocation of the shape and dtype `op` was validated against.
+pub unsafe fn run_paged_attention_cpu(op: &PagedAttention, t: [*mut c_void; 7]) -> Result<()> {
+    let (q_elems, kv_elems, table) = op.element_counts();
+    let qb = q_elems * op.q_dtype.size_bytes().unwrap();
+    let kvb = kv_elems * op.kv_dtype.size_bytes().unwrap();
+    let seqs = op.max_num_seqs as usize;
+    paged_attention::run_cpu(
+        op,
+        host_bytes(t[0], qb),
+        host_bytes(t[1], kvb),
+        host_i32(t[2], seqs),
+        host_i32(t[3], table),
+        host_i32(t[4], seqs + 1),
+        host_i32(t[5], 1),
+        host_bytes_mut(t[6], qb),
+    )
+}
+
+/// Keys of the paged attention opaque.
+const PAGED_ATTENTION_OPAQUE_KEYS: [&str; 10] =
+    ["q", "kv", "max_num_seqs", "pages_per_seq", "sm_scale", "sliding_window", "soft_cap", "mask_value", "k_scale", "v_scale"];
+
+/// Validates a paged attention opaque into the op (buffers carry no shapes in the legacy ABI).
+pub fn paged_attention_from_opaque(opaque: &[u8]) -> Result<PagedAttention> {
+    let o = Opaque::parse(opaque)?;
+    o.expect("paged_attention", &PAGED_ATTENTION_OPAQUE_KEYS)?;
+    let (q_dtype, q_dims) = o.shape("q")?;
+    let (kv_dtype, kv_dims) = o.shape("kv")?;
+    let max_num_seqs = o.u64("max_num_seqs")? as i64;
+    let pages_per_seq = o.u64("pages_per_seq")? as i64;
+    let attrs = Attributes {
+        sm_scale: o.f32_opt("sm_scale")?.unwrap_or(1.0),
+        sliding_window: o.u64_opt("sliding_window")?.map(|w| Attributes::sliding_window_from_i64(w as i64)).transpose()?,
+        soft_cap: o.f32_opt("soft_cap")?,
+        mask_value: o.f32_opt("mask_value")?,
+        k_scale: o.f32_opt("k_scale")?,
+        v_scale: o.f32_opt("v_scale")?,
+    };
+    let null = std::ptr::null_mut();
+    let t = |dtype, dims| TensorRef { data: null, dtype, dims };
+    let seq_dims = [max_num_seqs];
+    let table_dims = [max_num_seqs, pages_per_seq];
+    let cu_dims = [max_num_seqs + 1];
+    PagedAttention::from_tensors(
+        &t(q_dtype, &q_dims),
+        &t(kv_dtype, &kv_dims),
+        &t(DType::S32, &seq_dims),
+        &t(DType::S32, &table_dims),
+        &t(DType::S32, &cu_dims),
+        &t(DType::S32, &[1]),
+        &t(q_dtype, &q_dims),
+        attrs,
+    )
+}
+
+/// Legacy (api_version 2) body of `XlaGpuPagedAttention`: buffers `[q, kv_pages, kv_lens,
+/// page_indices, cu_q_lens, num_seqs, out]`.
+///
+/// # Safety
+/// Arguments as XLA passes them to a legacy GPU custom call.
+pub unsafe fn paged_attention_legacy(
+    kernels: &KernelModule,
+    stream: CUstream,
+    buffers: *mut *mut c_void,
+    opaque: *const c_char,
+    opaque_len: usize,
+    status: *mut c_void,
+) {
+    legacy_call(status, || {
+        let op = paged_attention_from_opaque(opaque_bytes(opaque, opaque_len))?;
+        let t = legacy_buffers::<7>(buffers)?;
+        paged_attention::launch_cuda(kernels, stream, &op, device_buffers(&t))
+    })
+}
+
+/// Runs a legacy call body with panics caught; failures go to the status (or stderr without one).
+unsafe fn legacy_call(status: *mut c_void, body: impl FnOnce() -> Result<()>) {
+    let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(ffi::panic_message(&*p))));
+    if let Err(e) = outcome {
+        legacy::set_status_failure(status, &format!("xla-gpu-kernels: {e}"));
+    }
+}
+
+unsafe fn opaque_bytes<'a>(opaque: *const c_char, len: usize) -> &'a [u8] {
+    if opaque.is_null() || len == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(opaque as *const u8, len)
+    }
+}
+
+unsafe fn legacy_buffers<const N: usize>(buffers: *mut *mut c_void) -> Result<[*mut c_void; N]> {
+    if buffers.is_null() {
+        return Err(Error::invalid("no buffers passed"));
+    }
+    let mut out = [std::ptr::null_mut(); N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = *buffers.add(i);
+        if slot.is_null() {
+            return Err(Error::invalid(format!("buffer {i} is null")));
+        }
+    }
+    Ok(out)
+}
+
+unsafe fn host_bytes<'a>(p: *mut c_void, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p as *const u8, len)
+    }
+}
+
+unsafe fn host_bytes_mut<'a>(p: *mut c_void, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(p as *mut u8, len)
+    }
+}
+
+unsafe fn host_i32<'a>(p: *mut c_void, len: usize) -> &'a [i32] {
+    if len == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p as *const i32, len)
+    }
+}

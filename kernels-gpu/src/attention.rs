@@ -1,0 +1,186 @@
+//! Ragged paged attention: the semantics shared by the GPU kernels and the CPU implementation.
+//!
+//! Everything here is target-independent integer logic, so both sides resolve rows, windows and
+//! invalid metadata the same way. The contract (torch_xla / JAX `ragged_paged_attention`):
+//! sequence `i` owns query rows `[cu_q_lens[i], cu_q_lens[i+1])` and the first `kv_lens[i]` tokens
+//! of pages `page_indices[i, ..]`; row `r` of a sequence sits at absolute position
+//! `kv_len - q_len + r` and sees keys `j <= pos` (and `j > pos - sliding_window`).
+//!
+//! Invalid device metadata cannot raise inside a kernel, so it is *defined* here instead:
+//! - `num_seqs` is clamped to `[0, max_num_seqs]`;
+//! - `kv_lens[i]` is clamped to `[0, pages_per_seq * page_size]`;
+//! - a row that no sequence owns (padding past `cu_q_lens[num_seqs]`, or rows the binary search
+//!   cannot place because `cu_q_lens` decreases) is written as zeros;
+//! - a row whose visible range is empty (`q_len > kv_len` puts it before position 0) is zeros;
+//! - a key whose page index is outside `[0, total_num_pages)` takes no part in the softmax.
+
+/// Scalar parameters of one ragged paged attention launch, passed by value to the kernel.
+/// Only 4-byte scalars: an aggregate holding pointers would lose `ld.global` on nvptx.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RpaParams {
+    /// Rows of `q` (`max_num_batched_tokens`).
+    pub max_tokens: u32,
+    pub num_q_heads: u32,
+    pub num_kv_heads: u32,
+    pub head_dim: u32,
+    pub page_size: u32,
+    pub pages_per_seq: u32,
+    pub total_pages: u32,
+    pub max_num_seqs: u32,
+    /// KV splits per (row, KV head); 1 writes the output directly.
+    pub num_splits: u32,
+    /// Keys per split (a multiple of the warps per block).
+    pub split_len: u32,
+    /// 0 = no sliding window.
+    pub sliding_window: u32,
+    /// 1 = masked keys take part with `logit + mask_value` (see [`masked_keys_matter`]).
+    pub include_masked: u32,
+    /// 1 = K/V are multiplied by `k_scale`/`v_scale` and rounded to q's dtype.
+    pub kv_scaled: u32,
+    pub sm_scale: f32,
+    /// 0 = no soft cap.
+    pub soft_cap: f32,
+    pub mask_value: f32,
+    pub k_scale: f32,
+    pub v_scale: f32,
+}
+
+/// Default `mask_value` of the contract: `-0.7 * f32::MAX`.
+pub const DEFAULT_MASK_VALUE: f32 = -0.7 * f32::MAX;
+
+/// Whether keys outside a row's causal/sliding window can change its result.
+///
+/// The reference adds `mask_value` to masked logits. With `mask_value <= -1e30` their weight
+/// `exp(logit + mask_value - max)` underflows to exactly 0 in f32 for every logit below 1e29 in
+/// magnitude, so the kernels skip those keys. A larger (user-chosen) mask value makes them count,
+/// and then every key in `[0, kv_len)` is visited.
+pub fn masked_keys_matter(mask_value: f32) -> bool {
+    mask_value > -1.0e30
+}
+
+/// `num_seqs[0]` clamped to `[0, max_num_seqs]`.
+#[inline(always)]
+pub fn clamp_num_seqs(raw: i32, max_num_seqs: u32) -> u32 {
+    if raw <= 0 {
+        0
+    } else {
+        (raw as u32).min(max_num_seqs)
+    }
+}
+
+/// The sequence owning query row `t`: the last `i < num_seqs` with `cu(i) <= t` (binary search),
+/// provided `t < cu(i + 1)`. `cu(i)` reads `cu_q_lens[i]`; it is called with `i <= num_seqs` only.
+#[inline(always)]
+pub fn find_sequence(t: i32, num_seqs: u32, cu: impl Fn(u32) -> i32) -> Option<u32> {
+    if num_seqs == 0 || cu(0) > t {
+        return None;
+    }
+    let (mut lo, mut hi) = (0u32, num_seqs);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if cu(mid) <= t {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    if t < cu(lo + 1) {
+        Some(lo)
+    } else {
+        None
+    }
+}
+
+/// The keys one query row may see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowWindow {
+    /// `kv_lens[seq]` after clamping.
+    pub kv_len: u32,
+    /// First visible key.
+    pub first: u32,
+    /// One past the last visible key (`first == end`: nothing visible, the row is zeros).
+    pub end: u32,
+}
+
+impl RowWindow {
+    /// Keys to visit: the visible ones, or all of `[0, kv_len)` when masked keys matter.
+    #[inline(always)]
+    pub fn visit_range(&self, include_masked: bool) -> (u32, u32) {
+        if self.first >= self.end {
+            (0, 0)
+        } else if include_masked {
+            (0, self.kv_len)
+        } else {
+            (self.first, self.end)
+        }
+    }
+
+    /// Whether key `j` is visible (not masked) for this row.
+    #[inline(always)]
+    pub fn visible(&self, j: u32) -> bool {
+        j >= self.first && j < self.end
+    }
+}
+
+/// Window of row `t` in a sequence owning rows `[seq_start, seq_end)` with `kv_len_raw` tokens.
+#[inline(always)]
+pub fn row_window(
+    t: i32,
+    seq_start: i32,
+    seq_end: i32,
+    kv_len_raw: i32,
+    max_kv_len: u32,
+    sliding_window: u32,
+) -> RowWindow {
+    let kv_len = if kv_len_raw <= 0 { 0 } else { (kv_len_raw as u32).min(max_kv_len) };
+    let q_len = seq_end as i64 - seq_start as i64;
+    let pos = kv_len as i64 - q_len + (t as i64 - seq_start as i64);
+    let end = (pos + 1).clamp(0, kv_len as i64);
+    let first = if sliding_window > 0 { (pos - sliding_window as i64 + 1).clamp(0, end) } else { 0 };
+    RowWindow { kv_len, first: first as u32, end: end as u32 }
+}
+
+/// Whether a page index read from `page_indices` addresses a page of the pool.
+#[inline(always)]
+pub fn page_is_valid(page: i32, total_pages: u32) -> bool {
+    page >= 0 && (page as u32) < total_pages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_sequences_and_padding() {
+        let cu = [0, 3, 3, 7, 8];
+        let f = |t| find_sequence(t, 4, |i| cu[i as usize]);
+        assert_eq!(f(0), Some(0));
+        assert_eq!(f(2), Some(0));
+        assert_eq!(f(3), Some(2)); // sequence 1 is empty
+        assert_eq!(f(7), Some(3));
+        assert_eq!(f(8), None); // padding
+        assert_eq!(find_sequence(0, 0, |i| cu[i as usize]), None);
+        // decreasing cu_q_lens never yields a row outside the found sequence's range
+        let bad = [0, 5, 2, 9];
+        for t in 0..10 {
+            if let Some(i) = find_sequence(t, 3, |i| bad[i as usize]) {
+                assert!(bad[i as usize] <= t && t < bad[i as usize + 1]);
+            }
+        }
+    }
+
+    #[test]
+    fn windows_are_end_aligned_and_clamped() {
+        // prefill of 4 rows over 4 keys: row r sees [0, r]
+        assert_eq!(row_window(1, 0, 4, 4, 100, 0), RowWindow { kv_len: 4, first: 0, end: 2 });
+        // decode row over 10 keys with window 3 sees [7, 10)
+        assert_eq!(row_window(5, 5, 6, 10, 100, 3), RowWindow { kv_len: 10, first: 7, end: 10 });
+        // q_len > kv_len: early rows see nothing
+        assert_eq!(row_window(0, 0, 4, 2, 100, 0).end, 0);
+        // kv_len beyond the pages is clamped
+        assert_eq!(row_window(0, 0, 1, 1000, 64, 0).kv_len, 64);
+        assert_eq!(clamp_num_seqs(-3, 8), 0);
+        assert_eq!(clamp_num_seqs(99, 8), 8);
+    }
+}

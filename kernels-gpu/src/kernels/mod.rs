@@ -1,0 +1,86 @@
+//! The kernels. Each `#[kernel]` is exported from the PTX under its own name; the host looks
+//! kernels up by the names listed in [`names`].
+
+pub mod paged_attention;
+pub mod simple_add;
+
+/// Loads `N` consecutive elements with the widest aligned vector loads their byte size allows
+/// (16, 8, 4 or 2 bytes per load).
+///
+/// # Safety
+/// `src` must be valid for reading `N` elements and aligned to `min(16, N * size_of::<T>())`.
+#[inline(always)]
+pub(crate) unsafe fn load_vec<T: Copy, const N: usize>(src: *const T) -> [T; N] {
+    let bytes = N * core::mem::size_of::<T>();
+    let mut out = core::mem::MaybeUninit::<[T; N]>::uninit();
+    let dst = out.as_mut_ptr() as *mut u8;
+    macro_rules! copy_as {
+        ($w:ty) => {{
+            let w = core::mem::size_of::<$w>();
+            let mut i = 0;
+            while i < bytes / w {
+                let v = core::ptr::read((src as *const $w).add(i));
+                core::ptr::write_unaligned((dst as *mut $w).add(i), v);
+                i += 1;
+            }
+        }};
+    }
+    if bytes % 16 == 0 {
+        copy_as!(u128)
+    } else if bytes % 8 == 0 {
+        copy_as!(u64)
+    } else if bytes % 4 == 0 {
+        copy_as!(u32)
+    } else if bytes % 2 == 0 {
+        copy_as!(u16)
+    } else {
+        copy_as!(u8)
+    }
+    out.assume_init()
+}
+
+/// Stores `N` consecutive elements with the widest aligned vector stores their size allows.
+///
+/// # Safety
+/// `dst` must be valid for writing `N` elements and aligned like [`load_vec`]'s `src`.
+#[inline(always)]
+pub(crate) unsafe fn store_vec<T: Copy, const N: usize>(dst: *mut T, value: [T; N]) {
+    let bytes = N * core::mem::size_of::<T>();
+    let src = &value as *const [T; N] as *const u8;
+    macro_rules! copy_as {
+        ($w:ty) => {{
+            let w = core::mem::size_of::<$w>();
+            let mut i = 0;
+            while i < bytes / w {
+                let v = core::ptr::read_unaligned((src as *const $w).add(i));
+                core::ptr::write((dst as *mut $w).add(i), v);
+                i += 1;
+            }
+        }};
+    }
+    if bytes % 16 == 0 {
+        copy_as!(u128)
+    } else if bytes % 8 == 0 {
+        copy_as!(u64)
+    } else if bytes % 4 == 0 {
+        copy_as!(u32)
+    } else if bytes % 2 == 0 {
+        copy_as!(u16)
+    } else {
+        copy_as!(u8)
+    }
+}
+
+/// Calls `f(0), f(1), ..., f(N-1)` with literal indices (N <= 8).
+///
+/// rustc has no unroll pragma, and LLVM gives up unrolling large loop bodies; a register array
+/// indexed by a run-time loop counter then moves to local memory. Indexing per-lane arrays only
+/// inside `unroll` keeps them in registers (ptxas reports a 0-byte stack frame).
+#[inline(always)]
+pub(crate) fn unroll<const N: usize>(mut f: impl FnMut(usize)) {
+    const { assert!(N <= 8, "unroll supports at most 8 iterations") };
+    macro_rules! steps {
+        ($($i:literal)*) => {$( if $i < N { f($i) } )*};
+    }
+    steps!(0 1 2 3 4 5 6 7);
+}

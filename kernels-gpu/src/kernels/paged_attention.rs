@@ -1,0 +1,329 @@
+//! Ragged paged attention (the torch_xla / JAX `ragged_paged_attention` contract) on the GPU.
+//!
+//! Work decomposition (flash-decoding style):
+//! - one block per (query row `t`, KV head `g`, chunk of up to `HC` query heads of that KV head,
+//!   KV split `s`): all query heads of a KV head are handled together so each key and value is
+//!   read once per row, whatever the GQA ratio (MQA included, in chunks of `HC` heads);
+//! - a block's 4 warps take interleaved keys of the split; within a warp, lane `l` owns head
+//!   dimensions `[l*DPL, (l+1)*DPL)` of q, K, V and the accumulator (16-byte loads for bf16 with
+//!   DPL = 8, coalesced over the warp: one key row per warp instruction);
+//! - each warp keeps an online softmax (running max, sum, accumulator) per head; warps merge
+//!   through shared memory at the end;
+//! - long contexts are split over `gridDim.z` (`num_splits`); every split writes a normalized
+//!   partial output and its log-sum-exp, and [`rpa_combine`] merges them. With one split the
+//!   block writes the output directly.
+//!
+//! Invalid metadata is resolved by [`crate::attention`] (never an out-of-bounds access): every
+//! global index below is bounded by the static shapes in [`RpaParams`].
+
+use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RpaParams};
+use crate::kernel;
+use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
+use crate::num::{Bf16, Element, F8E4M3, F8E5M2, KvElement};
+use crate::shared::dynamic_shared_mem;
+use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
+
+use super::unroll;
+
+/// Warps per block of the attention kernel.
+pub const RPA_WARPS: u32 = 4;
+/// Threads per block of both attention kernels.
+pub const RPA_THREADS: u32 = RPA_WARPS * WARP_SIZE;
+
+/// Query heads handled by one block for a given dims-per-lane (`DPL`): bounded so that q and the
+/// accumulators (`2 * HC * DPL` floats per lane) stay in registers.
+pub const fn heads_per_block(dims_per_lane: u32) -> u32 {
+    if dims_per_lane >= 8 {
+        4
+    } else {
+        8
+    }
+}
+
+/// Dynamic shared memory the attention kernel needs, in bytes.
+pub const fn rpa_shared_bytes(dims_per_lane: u32) -> u32 {
+    let hc = heads_per_block(dims_per_lane);
+    RPA_WARPS * hc * (2 + WARP_SIZE * dims_per_lane) * 4
+}
+
+/// Smallest dims-per-lane that covers `head_dim` (2, 4 or 8), or None if it exceeds 256.
+pub const fn dims_per_lane(head_dim: u32) -> Option<u32> {
+    if head_dim <= 64 {
+        Some(2)
+    } else if head_dim <= 128 {
+        Some(4)
+    } else if head_dim <= 256 {
+        Some(8)
+    } else {
+        None
+    }
+}
+
+/// Pointers of one launch (kept out of the by-value parameter struct, see [`RpaParams`]).
+struct RpaPointers<Q, KV> {
+    q: *const Q,
+    kv: *const KV,
+    kv_lens: *const i32,
+    page_indices: *const i32,
+    cu_q_lens: *const i32,
+    num_seqs: *const i32,
+    out: *mut Q,
+    part_o: *mut f32,
+    part_lse: *mut f32,
+}
+
+#[inline(always)]
+unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize>(
+    ptr: RpaPointers<Q, KV>,
+    p: RpaParams,
+) {
+    let lane = lane_id();
+    let warp = thread_idx_x() / WARP_SIZE;
+    let t = block_idx_x();
+    let d = p.head_dim as usize;
+    let group = p.num_q_heads / p.num_kv_heads;
+    let chunks = group.div_ceil(HC as u32);
+    let g = block_idx_y() / chunks;
+    let chunk = block_idx_y() % chunks;
+    let h0 = g * group + chunk * HC as u32;
+    let hc = (group - chunk * HC as u32).min(HC as u32) as usize;
+    let split = block_idx_z();
+    let lane_dim = lane as usize * DPL;
+    let lane_active = lane_dim < d;
+
+    // Resolve the row: which sequence, which keys (attention.rs defines invalid metadata).
+    let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
+    let seq = find_sequence(t as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
+    let (window, seq_idx) = match seq {
+        Some(i) => {
+            let w = row_window(
+                t as i32,
+                *ptr.cu_q_lens.add(i as usize),
+                *ptr.cu_q_lens.add(i as usize + 1),
+                *ptr.kv_lens.add(i as usize),
+                p.pages_per_seq * p.page_size,
+                p.sliding_window,
+            );
+            (w, i)
+        }
+        None => (row_window(0, 0, 0, 0, 0, 0), 0),
+    };
+    let (visit_lo, visit_hi) = window.visit_range(p.include_masked != 0);
+    let split_lo = visit_lo.saturating_add(split.saturating_mul(p.split_len)).min(visit_hi);
+    let split_hi = split_lo.saturating_add(p.split_len).min(visit_hi);
+
+    // q for this lane's dims, pre-multiplied by sm_scale.
+    let mut q = [[0.0f32; DPL]; HC];
+    if lane_active {
+        unroll::<HC>(|hh| {
+            if hh < hc {
+                let row = ptr.q.add((t as usize * p.num_q_heads as usize + h0 as usize + hh) * d + lane_dim);
+                let v: [Q; DPL] = super::load_vec(row);
+                unroll::<DPL>(|k| q[hh][k] = v[k].to_f32() * p.sm_scale);
+            }
+        });
+    }
+
+    let mut m = [f32::NEG_INFINITY; HC];
+    let mut l = [0.0f32; HC];
+    let mut acc = [[0.0f32; DPL]; HC];
+    let token_stride = 2 * p.num_kv_heads as usize * d;
+    let page_table = ptr.page_indices.add(seq_idx as usize * p.pages_per_seq as usize);
+
+    let mut j = split_lo + warp;
+    while j < split_hi {
+        let page = *page_table.add((j / p.page_size) as usize);
+        if page_is_valid(page, p.total_pages) {
+            let token = page as usize * p.page_size as usize + (j % p.page_size) as usize;
+            let k_row = ptr.kv.add(token * token_stride + 2 * g as usize * d);
+            let mut kf = [0.0f32; DPL];
+            let mut vf = [0.0f32; DPL];
+            if lane_active {
+                let kr: [KV; DPL] = super::load_vec(k_row.add(lane_dim));
+                let vr: [KV; DPL] = super::load_vec(k_row.add(d + lane_dim));
+                unroll::<DPL>(|k| {
+                    kf[k] = kr[k].widen();
+                    vf[k] = vr[k].widen();
+                });
+                if p.kv_scaled != 0 {
+                    // The contract scales in f32, then casts K and V to q's dtype.
+                    unroll::<DPL>(|k| {
+                        kf[k] = Q::from_f32(kf[k] * p.k_scale).to_f32();
+                        vf[k] = Q::from_f32(vf[k] * p.v_scale).to_f32();
+                    });
+                }
+            }
+            let masked = p.include_masked != 0 && !window.visible(j);
+            unroll::<HC>(|hh| {
+                if hh < hc {
+                    let mut dot = 0.0f32;
+                    unroll::<DPL>(|k| dot += q[hh][k] * kf[k]);
+                    let mut s = warp_sum_f32(dot);
+                    if p.soft_cap != 0.0 {
+                        s = p.soft_cap * tanh(s / p.soft_cap);
+                    }
+                    if masked {
+                        s += p.mask_value;
+                    }
+                    let m_new = max_f32(m[hh], s);
+                    if m_new != f32::NEG_INFINITY {
+                        let corr = exp2_approx((m[hh] - m_new) * LOG2_E);
+                        let w = exp2_approx((s - m_new) * LOG2_E);
+                        l[hh] = l[hh] * corr + w;
+                        unroll::<DPL>(|k| acc[hh][k] = acc[hh][k] * corr + w * vf[k]);
+                        m[hh] = m_new;
+                    }
+                }
+            });
+        }
+        j += RPA_WARPS;
+    }
+
+    // Merge the warps: shared layout [warp][head][2 + 32*DPL] = (m, l, acc[32*DPL]).
+    let stride = 2 + WARP_SIZE as usize * DPL;
+    let smem = dynamic_shared_mem::<f32>();
+    unroll::<HC>(|hh| {
+        let base = smem.add((warp as usize * HC + hh) * stride);
+        if lane == 0 {
+            *base = m[hh];
+            *base.add(1) = l[hh];
+        }
+        unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
+    });
+    sync_threads();
+
+    let total = hc * d;
+    let mut idx = thread_idx_x() as usize;
+    while idx < total {
+        let hh = idx / d;
+        let dim = idx % d;
+        let mut m_all = f32::NEG_INFINITY;
+        for w in 0..RPA_WARPS as usize {
+            m_all = max_f32(m_all, *smem.add((w * HC + hh) * stride));
+        }
+        let mut l_all = 0.0f32;
+        let mut o_all = 0.0f32;
+        if m_all != f32::NEG_INFINITY {
+            for w in 0..RPA_WARPS as usize {
+                let base = smem.add((w * HC + hh) * stride);
+                let mw = *base;
+                if mw != f32::NEG_INFINITY {
+                    let scale = exp2_approx((mw - m_all) * LOG2_E);
+                    l_all += *base.add(1) * scale;
+                    o_all += *base.add(2 + dim) * scale;
+                }
+            }
+        }
+        let o = if l_all > 0.0 { o_all / l_all } else { 0.0 };
+        let h = h0 as usize + hh;
+        if p.num_splits <= 1 {
+            *ptr.out.add((t as usize * p.num_q_heads as usize + h) * d + dim) = Q::from_f32(o);
+        } else {
+            let row = (split as usize * p.max_tokens as usize + t as usize) * p.num_q_heads as usize + h;
+            *ptr.part_o.add(row * d + dim) = o;
+            if dim == 0 {
+                *ptr.part_lse.add(row) =
+                    if l_all > 0.0 { m_all + ln_approx(l_all) } else { f32::NEG_INFINITY };
+            }
+        }
+        idx += RPA_THREADS as usize;
+    }
+}
+
+/// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their
+/// log-sum-exp. Rows where every split saw no key are written as zeros.
+#[inline(always)]
+unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
+    let t = block_idx_x() as usize;
+    let h = block_idx_y() as usize;
+    let d = p.head_dim as usize;
+    let nq = p.num_q_heads as usize;
+    let rows_per_split = p.max_tokens as usize * nq;
+    let row = t * nq + h;
+    let mut m_all = f32::NEG_INFINITY;
+    for s in 0..p.num_splits as usize {
+        m_all = max_f32(m_all, *part_lse.add(s * rows_per_split + row));
+    }
+    let mut dim = thread_idx_x() as usize;
+    while dim < d {
+        let mut o = 0.0f32;
+        let mut wsum = 0.0f32;
+        if m_all != f32::NEG_INFINITY {
+            for s in 0..p.num_splits as usize {
+                let lse = *part_lse.add(s * rows_per_split + row);
+                if lse != f32::NEG_INFINITY {
+                    let w = exp2_approx((lse - m_all) * LOG2_E);
+                    wsum += w;
+                    o += w * *part_o.add((s * rows_per_split + row) * d + dim);
+                }
+            }
+        }
+        *out.add(row * d + dim) = Q::from_f32(if wsum > 0.0 { o / wsum } else { 0.0 });
+        dim += RPA_THREADS as usize;
+    }
+}
+
+/// Declares one attention kernel per (q dtype, KV dtype, dims per lane) and one combine kernel per
+/// q dtype. Kernel names: `rpa_<q>_<kv>_dpl<N>`, `rpa_combine_<q>`.
+macro_rules! rpa_kernels {
+    ($( $name:ident: $q:ty, $kv:ty, $dpl:literal; )*) => {$(
+        #[kernel]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name(
+            q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
+            cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
+            part_lse: *mut f32, params: RpaParams,
+        ) {
+            rpa_partial::<$q, $kv, $dpl, { heads_per_block($dpl) as usize }>(
+                RpaPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse },
+                params,
+            )
+        }
+    )*};
+}
+
+rpa_kernels! {
+    rpa_f32_f32_dpl2: f32, f32, 2;
+    rpa_f32_f32_dpl4: f32, f32, 4;
+    rpa_f32_f32_dpl8: f32, f32, 8;
+    rpa_f16_f16_dpl2: f16, f16, 2;
+    rpa_f16_f16_dpl4: f16, f16, 4;
+    rpa_f16_f16_dpl8: f16, f16, 8;
+    rpa_bf16_bf16_dpl2: Bf16, Bf16, 2;
+    rpa_bf16_bf16_dpl4: Bf16, Bf16, 4;
+    rpa_bf16_bf16_dpl8: Bf16, Bf16, 8;
+    rpa_f32_e4m3_dpl2: f32, F8E4M3, 2;
+    rpa_f32_e4m3_dpl4: f32, F8E4M3, 4;
+    rpa_f32_e4m3_dpl8: f32, F8E4M3, 8;
+    rpa_f16_e4m3_dpl2: f16, F8E4M3, 2;
+    rpa_f16_e4m3_dpl4: f16, F8E4M3, 4;
+    rpa_f16_e4m3_dpl8: f16, F8E4M3, 8;
+    rpa_bf16_e4m3_dpl2: Bf16, F8E4M3, 2;
+    rpa_bf16_e4m3_dpl4: Bf16, F8E4M3, 4;
+    rpa_bf16_e4m3_dpl8: Bf16, F8E4M3, 8;
+    rpa_f32_e5m2_dpl2: f32, F8E5M2, 2;
+    rpa_f32_e5m2_dpl4: f32, F8E5M2, 4;
+    rpa_f32_e5m2_dpl8: f32, F8E5M2, 8;
+    rpa_f16_e5m2_dpl2: f16, F8E5M2, 2;
+    rpa_f16_e5m2_dpl4: f16, F8E5M2, 4;
+    rpa_f16_e5m2_dpl8: f16, F8E5M2, 8;
+    rpa_bf16_e5m2_dpl2: Bf16, F8E5M2, 2;
+    rpa_bf16_e5m2_dpl4: Bf16, F8E5M2, 4;
+    rpa_bf16_e5m2_dpl8: Bf16, F8E5M2, 8;
+}
+
+#[kernel]
+pub unsafe fn rpa_combine_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
+    rpa_combine::<f32>(part_o, part_lse, out, params)
+}
+
+#[kernel]
+pub unsafe fn rpa_combine_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
+    rpa_combine::<f16>(part_o, part_lse, out, params)
+}
+
+#[kernel]
+pub unsafe fn rpa_combine_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
+    rpa_combine::<Bf16>(part_o, part_lse, out, params)
+}

@@ -1,0 +1,66 @@
+//! Fast math for kernels. `core::intrinsics::expf32` and friends crash `llc` on nvptx ("no
+//! libcall available"), so exponentials go through `ex2.approx` with log2(e) folded in.
+
+/// log2(e): multiply a natural-log exponent by this before `exp2_approx`.
+pub const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+/// `max.f32` (NaN-ignoring, like `fmaxf`).
+#[inline(always)]
+pub fn max_f32(a: f32, b: f32) -> f32 {
+    a.max(b)
+}
+
+/// `min.f32` (NaN-ignoring, like `fminf`).
+#[inline(always)]
+pub fn min_f32(a: f32, b: f32) -> f32 {
+    a.min(b)
+}
+
+/// 2^x by `ex2.approx.ftz.f32` (max relative error about 2^-22; `exp2(-inf) = 0`).
+#[inline(always)]
+pub fn exp2_approx(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: pure arithmetic instruction.
+        unsafe { core::arch::asm!("ex2.approx.ftz.f32 {}, {};", out(reg32) y, in(reg32) x) };
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = x;
+        crate::gpu_only!("exp2_approx")
+    }
+}
+
+/// e^x through `exp2_approx`.
+#[inline(always)]
+pub fn exp_approx(x: f32) -> f32 {
+    exp2_approx(x * LOG2_E)
+}
+
+/// natural log by `lg2.approx.f32` (`ln(0) = -inf`).
+#[inline(always)]
+pub fn ln_approx(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: pure arithmetic instruction.
+        unsafe { core::arch::asm!("lg2.approx.f32 {}, {};", out(reg32) y, in(reg32) x) };
+        y * core::f32::consts::LN_2
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = x;
+        crate::gpu_only!("ln_approx")
+    }
+}
+
+/// tanh(x) = sign(x) * (1 - 2 / (e^{2|x|} + 1)); absolute error about 1e-7, saturating to ±1
+/// (`tanh.approx.f32` would only give about 2^-11).
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let e = exp2_approx(2.0 * LOG2_E * x.abs());
+    let t = 1.0 - 2.0 / (e + 1.0);
+    t.copysign(x)
+}

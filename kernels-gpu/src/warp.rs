@@ -1,0 +1,72 @@
+//! Warp-level primitives (cuda_std's `warp` module), through inline PTX since
+//! `core::arch::nvptx` has no shuffles.
+
+/// Lanes in a warp.
+pub const WARP_SIZE: u32 = 32;
+/// Mask of all 32 lanes.
+pub const FULL_MASK: u32 = 0xffff_ffff;
+
+/// This thread's lane in its warp (`%laneid`).
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let lane: u32;
+        // SAFETY: reads a special register.
+        unsafe { core::arch::asm!("mov.u32 {}, %laneid;", out(reg32) lane) };
+        lane
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("lane_id")
+}
+
+/// `__shfl_xor_sync(mask, value, lane_mask, width)` for `f32`: returns the value held by lane
+/// `lane_id() ^ lane_mask` within segments of `width` lanes, and whether that lane was valid.
+///
+/// Every lane named in `mask` must execute the same call.
+#[inline(always)]
+pub fn warp_shuffle_xor_f32(mask: u32, value: f32, lane_mask: u32, width: u32) -> (f32, bool) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: f32;
+        let valid: u32;
+        // c operand packs the segment mask (32 - width) << 8 | 0x1f, as CUDA's __shfl_xor_sync.
+        let c = ((WARP_SIZE - width) << 8) | 0x1f;
+        // SAFETY: shfl.sync is defined for any operands when all lanes in `mask` participate.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p; shfl.sync.bfly.b32 {out}|p, {v}, {lm}, {c}, {m}; selp.u32 {ok}, 1, 0, p; }}",
+                out = out(reg32) out, ok = out(reg32) valid,
+                v = in(reg32) value, lm = in(reg32) lane_mask, c = in(reg32) c, m = in(reg32) mask,
+            )
+        };
+        (out, valid != 0)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (mask, value, lane_mask, width);
+        crate::gpu_only!("warp_shuffle_xor_f32")
+    }
+}
+
+/// Sum of `value` over the 32 lanes of a full warp; every lane gets the result.
+#[inline(always)]
+pub fn warp_sum_f32(mut value: f32) -> f32 {
+    let mut offset = WARP_SIZE / 2;
+    while offset > 0 {
+        value += warp_shuffle_xor_f32(FULL_MASK, value, offset, WARP_SIZE).0;
+        offset /= 2;
+    }
+    value
+}
+
+/// Maximum of `value` over the 32 lanes of a full warp; every lane gets the result.
+#[inline(always)]
+pub fn warp_max_f32(mut value: f32) -> f32 {
+    let mut offset = WARP_SIZE / 2;
+    while offset > 0 {
+        value = crate::math::max_f32(value, warp_shuffle_xor_f32(FULL_MASK, value, offset, WARP_SIZE).0);
+        offset /= 2;
+    }
+    value
+}

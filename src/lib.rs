@@ -1,0 +1,145 @@
+//! xla-gpu-kernels: GPU kernels written in pure Rust, compiled to PTX by cargo (`build.rs`), and
+//! exported from one shared library as XLA custom calls.
+//!
+//! This crate is the top of the stack: it embeds the PTX, owns the one [`KERNELS`] module store,
+//! and exports the C symbols XLA (and the Python package) resolve. All logic lives below it:
+//! `kernels-gpu` (device code) → `xla-gpu-kernels-host` (runtime, ops, ABI) → here.
+//!
+//! Exported symbols:
+//! | symbol | ABI | registration |
+//! |---|---|---|
+//! | `xla_gpu_simple_add_cuda`, `xla_gpu_simple_add_host` | typed XLA FFI (HLO api_version 4) | `register_ffi_target(..., api_version=1)` |
+//! | `xla_gpu_paged_attention_cuda`, `xla_gpu_paged_attention_host` | typed XLA FFI | same |
+//! | `XlaGpuSimpleAdd` | legacy, HLO api_version 1 (no status) | `register_ffi_target(..., api_version=0)` / torch_xla |
+//! | `XlaGpuSimpleAddStatus`, `XlaGpuPagedAttention` | legacy, HLO api_version 2 (status) | same |
+//! | `xgk_simple_add`, `xgk_paged_attention`, `xgk_version` | plain C (torch ops via ctypes) | — |
+
+use std::ffi::{c_char, c_void};
+
+pub use xla_gpu_kernels_host as host;
+use host::capi::{XgkPagedAttentionAttrs, XgkTensor};
+use host::runtime::KernelModule;
+use host::xla::ffi::{CallFrame, FfiError};
+use host::xla::handlers;
+
+/// The kernels' PTX, NUL-terminated (built by `build.rs` from `kernels-gpu`).
+pub static PTX: &str = concat!(include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx")), "\0");
+
+/// The `sm_XX` the PTX was built for (`XGK_CUDA_ARCH`, default sm_80).
+pub const PTX_ARCH: &str = env!("XGK_PTX_ARCH");
+
+/// The process-wide module store: the PTX loaded once per CUDA context.
+pub static KERNELS: KernelModule = KernelModule::new(PTX);
+
+/// Library version and PTX target, e.g. `xla-gpu-kernels 0.1.0 (ptx sm_80)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn xgk_version() -> *const c_char {
+    concat!("xla-gpu-kernels ", env!("CARGO_PKG_VERSION"), " (ptx ", env!("XGK_PTX_ARCH"), ")\0").as_ptr() as *const c_char
+}
+
+/// Typed FFI handler: `xla_gpu_simple_add` on CUDA.
+///
+/// # Safety
+/// Called by XLA with its call frame.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xla_gpu_simple_add_cuda(frame: *mut CallFrame) -> *mut FfiError {
+    handlers::simple_add_cuda(&KERNELS, frame)
+}
+
+/// Typed FFI handler: `xla_gpu_simple_add` on Host (CPU).
+///
+/// # Safety
+/// Called by XLA with its call frame.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xla_gpu_simple_add_host(frame: *mut CallFrame) -> *mut FfiError {
+    handlers::simple_add_host(frame)
+}
+
+/// Typed FFI handler: `xla_gpu_paged_attention` on CUDA.
+///
+/// # Safety
+/// Called by XLA with its call frame.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xla_gpu_paged_attention_cuda(frame: *mut CallFrame) -> *mut FfiError {
+    handlers::paged_attention_cuda(&KERNELS, frame)
+}
+
+/// Typed FFI handler: `xla_gpu_paged_attention` on Host (CPU).
+///
+/// # Safety
+/// Called by XLA with its call frame.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xla_gpu_paged_attention_host(frame: *mut CallFrame) -> *mut FfiError {
+    handlers::paged_attention_host(frame)
+}
+
+/// Legacy GPU custom call, HLO api_version 1 (ORIGINAL): buffers `[a, b, out]`, opaque
+/// `xgk1;op=simple_add;dtype=<f32|f16|bf16>;n=<count>`. Errors cannot be reported through this ABI:
+/// they are printed to stderr and nothing is launched.
+///
+/// # Safety
+/// Called by XLA with a stream, the buffer table and the opaque.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn XlaGpuSimpleAdd(stream: *mut c_void, buffers: *mut *mut c_void, opaque: *const c_char, opaque_len: usize) {
+    handlers::simple_add_legacy(&KERNELS, stream as _, buffers, opaque, opaque_len, std::ptr::null_mut())
+}
+
+/// Legacy GPU custom call, HLO api_version 2 (STATUS_RETURNING) variant of [`XlaGpuSimpleAdd`]:
+/// errors fail the XLA execution with our message.
+///
+/// # Safety
+/// Called by XLA with a stream, the buffer table, the opaque and a status.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn XlaGpuSimpleAddStatus(
+    stream: *mut c_void,
+    buffers: *mut *mut c_void,
+    opaque: *const c_char,
+    opaque_len: usize,
+    status: *mut c_void,
+) {
+    handlers::simple_add_legacy(&KERNELS, stream as _, buffers, opaque, opaque_len, status)
+}
+
+/// Legacy GPU custom call (api_version 2) for ragged paged attention: buffers `[q, kv_pages,
+/// kv_lens, page_indices, cu_q_lens, num_seqs, out]`; the opaque carries shapes and attributes
+/// (`host::xla::legacy` documents the format).
+///
+/// # Safety
+/// Called by XLA with a stream, the buffer table, the opaque and a status.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn XlaGpuPagedAttention(
+    stream: *mut c_void,
+    buffers: *mut *mut c_void,
+    opaque: *const c_char,
+    opaque_len: usize,
+    status: *mut c_void,
+) {
+    handlers::paged_attention_legacy(&KERNELS, stream as _, buffers, opaque, opaque_len, status)
+}
+
+/// C API: `out = a + b`; `platform` 0 = CPU pointers, 1 = CUDA pointers on `stream`.
+/// Returns 0, or 1 with a NUL-terminated message in `err`.
+///
+/// # Safety
+/// See `host::capi::simple_add`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xgk_simple_add(platform: i32, stream: *mut c_void, tensors: *const XgkTensor, err: *mut c_char, err_len: usize) -> i32 {
+    host::capi::simple_add(&KERNELS, platform, stream as _, tensors, err, err_len)
+}
+
+/// C API: ragged paged attention; tensors `[q, kv_pages, kv_lens, page_indices, cu_q_lens,
+/// num_seqs, out]`. Returns 0, or 1 with a NUL-terminated message in `err`.
+///
+/// # Safety
+/// See `host::capi::paged_attention`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xgk_paged_attention(
+    platform: i32,
+    stream: *mut c_void,
+    tensors: *const XgkTensor,
+    attrs: *const XgkPagedAttentionAttrs,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    host::capi::paged_attention(&KERNELS, platform, stream as _, tensors, attrs, err, err_len)
+}
