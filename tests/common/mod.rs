@@ -1,0 +1,284 @@
+//! Shared by the integration tests: random ragged batches and an independent float64 oracle of
+//! ragged paged attention, written from the contract text (dense gather through the page table,
+//! no shared code with the library).
+#![allow(dead_code)]
+
+use half::{bf16, f16};
+use rand::prelude::*;
+use xla_gpu_kernels::host::DType;
+
+/// Decodes fp8 by its definition (sign, biased exponent, mantissa), independently of the library.
+pub fn fp8_value(byte: u8, e4m3: bool) -> f64 {
+    let (ebits, mbits, bias) = if e4m3 { (4, 3, 7) } else { (5, 2, 15) };
+    let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = ((byte >> mbits) & ((1 << ebits) - 1)) as i32;
+    let m = (byte & ((1 << mbits) - 1)) as f64;
+    let frac = m / (1 << mbits) as f64;
+    if e == 0 {
+        sign * frac * 2f64.powi(1 - bias)
+    } else {
+        sign * (1.0 + frac) * 2f64.powi(e - bias)
+    }
+}
+
+/// A random finite fp8 byte.
+pub fn random_fp8(rng: &mut impl Rng, e4m3: bool, max_abs: f64) -> u8 {
+    loop {
+        let b: u8 = rng.gen();
+        let finite = if e4m3 { b & 0x7f != 0x7f } else { (b >> 2) & 0x1f != 0x1f };
+        if finite && fp8_value(b, e4m3).abs() <= max_abs {
+            return b;
+        }
+    }
+}
+
+/// Element storage of a float tensor in one of the supported dtypes.
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * 4);
+    for &v in values {
+        match dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&bf16::from_f64(v).to_le_bytes()),
+            _ => panic!("encode: {dtype}"),
+        }
+    }
+    out
+}
+
+/// Reads element `i` of a byte buffer of `dtype` as f64.
+pub fn decode(dtype: DType, bytes: &[u8], i: usize) -> f64 {
+    match dtype {
+        DType::F32 => f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()) as f64,
+        DType::F16 => f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f64(),
+        DType::BF16 => bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f64(),
+        DType::F8E4M3FN => fp8_value(bytes[i], true),
+        DType::F8E5M2 => fp8_value(bytes[i], false),
+        _ => panic!("decode: {dtype}"),
+    }
+}
+
+/// Rounds through `dtype` (what a cast to q's dtype does).
+pub fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
+}
+
+/// One ragged paged attention problem with its data (host bytes).
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub q_dtype: DType,
+    pub kv_dtype: DType,
+    pub max_tokens: usize,
+    pub num_q_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub total_pages: usize,
+    pub page_size: usize,
+    pub max_num_seqs: usize,
+    pub pages_per_seq: usize,
+    pub q: Vec<u8>,
+    pub kv: Vec<u8>,
+    pub kv_lens: Vec<i32>,
+    pub page_indices: Vec<i32>,
+    pub cu_q_lens: Vec<i32>,
+    pub num_seqs: i32,
+    pub sm_scale: f32,
+    pub sliding_window: Option<u32>,
+    pub soft_cap: Option<f32>,
+    pub mask_value: Option<f32>,
+    pub k_scale: Option<f32>,
+    pub v_scale: Option<f32>,
+}
+
+/// Sequence shape of a random case: (q_len, kv_len) pairs.
+pub fn random_case(
+    rng: &mut impl Rng,
+    q_dtype: DType,
+    kv_dtype: DType,
+    head_dim: usize,
+    num_kv_heads: usize,
+    group: usize,
+    page_size: usize,
+    seqs: &[(usize, usize)],
+    pad_tokens: usize,
+) -> Case {
+    let max_num_seqs = seqs.len() + rng.gen_range(0..3);
+    let max_kv = seqs.iter().map(|s| s.1).max().unwrap_or(1).max(1);
+    let pages_per_seq = max_kv.div_ceil(page_size) + rng.gen_range(0..2);
+    let used_pages: usize = seqs.iter().map(|s| s.1.div_ceil(page_size)).sum();
+    let total_pages = used_pages + 3;
+    // Distinct pages for every sequence, in random order.
+    let mut pool: Vec<i32> = (0..total_pages as i32).collect();
+    pool.shuffle(rng);
+    let mut page_indices = vec![0i32; max_num_seqs * pages_per_seq];
+    let mut next = 0;
+    for (i, &(_, kv_len)) in seqs.iter().enumerate() {
+        for p in 0..kv_len.div_ceil(page_size) {
+            page_indices[i * pages_per_seq + p] = pool[next];
+            next += 1;
+        }
+    }
+    let mut cu_q_lens = vec![0i32];
+    for &(q_len, _) in seqs {
+        cu_q_lens.push(cu_q_lens.last().unwrap() + q_len as i32);
+    }
+    let total_q = *cu_q_lens.last().unwrap() as usize;
+    while cu_q_lens.len() < max_num_seqs + 1 {
+        cu_q_lens.push(total_q as i32);
+    }
+    let mut kv_lens: Vec<i32> = seqs.iter().map(|s| s.1 as i32).collect();
+    kv_lens.resize(max_num_seqs, 0);
+    let max_tokens = total_q + pad_tokens;
+    let num_q_heads = num_kv_heads * group;
+    let q_vals: Vec<f64> = (0..max_tokens * num_q_heads * head_dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let kv_elems = total_pages * page_size * 2 * num_kv_heads * head_dim;
+    let fp8 = matches!(kv_dtype, DType::F8E4M3FN | DType::F8E5M2);
+    let kv = if fp8 {
+        (0..kv_elems).map(|_| random_fp8(rng, kv_dtype == DType::F8E4M3FN, 4.0)).collect()
+    } else {
+        encode(kv_dtype, &(0..kv_elems).map(|_| rng.gen_range(-1.0..1.0)).collect::<Vec<_>>())
+    };
+    Case {
+        q_dtype,
+        kv_dtype,
+        max_tokens,
+        num_q_heads,
+        num_kv_heads,
+        head_dim,
+        total_pages,
+        page_size,
+        max_num_seqs,
+        pages_per_seq,
+        q: encode(q_dtype, &q_vals),
+        kv,
+        kv_lens,
+        page_indices,
+        cu_q_lens,
+        num_seqs: seqs.len() as i32,
+        sm_scale: 1.0 / (head_dim as f32).sqrt(),
+        sliding_window: None,
+        soft_cap: None,
+        mask_value: None,
+        k_scale: fp8.then_some(0.5),
+        v_scale: fp8.then_some(0.75),
+    }
+}
+
+impl Case {
+    pub fn q_dims(&self) -> [i64; 3] {
+        [self.max_tokens as i64, self.num_q_heads as i64, self.head_dim as i64]
+    }
+
+    pub fn kv_dims(&self) -> [i64; 4] {
+        [self.total_pages as i64, self.page_size as i64, 2 * self.num_kv_heads as i64, self.head_dim as i64]
+    }
+
+    pub fn out_bytes(&self) -> usize {
+        self.max_tokens * self.num_q_heads * self.head_dim * self.q_dtype.size_bytes().unwrap()
+    }
+
+    pub fn attributes(&self) -> xla_gpu_kernels::host::ops::paged_attention::Attributes {
+        xla_gpu_kernels::host::ops::paged_attention::Attributes {
+            sm_scale: self.sm_scale,
+            sliding_window: self.sliding_window,
+            soft_cap: self.soft_cap,
+            mask_value: self.mask_value,
+            k_scale: self.k_scale,
+            v_scale: self.v_scale,
+        }
+    }
+
+    /// Valid rows (`cu_q_lens[num_seqs]`).
+    pub fn valid_rows(&self) -> usize {
+        self.cu_q_lens[self.num_seqs as usize] as usize
+    }
+
+    /// The contract computed in float64 for valid metadata: `[max_tokens, Hq, D]`, padding zeros.
+    pub fn oracle(&self) -> Vec<f64> {
+        let (d, nq, nkv) = (self.head_dim, self.num_q_heads, self.num_kv_heads);
+        let group = nq / nkv;
+        let mask_value = self.mask_value.unwrap_or(-0.7 * f32::MAX) as f64;
+        let mut out = vec![0.0; self.max_tokens * nq * d];
+        let kv_at = |page: usize, slot: usize, head: usize, x: usize| {
+            decode(self.kv_dtype, &self.kv, ((page * self.page_size + slot) * 2 * nkv + head) * d + x)
+        };
+        for s in 0..self.num_seqs as usize {
+            let (q0, q1) = (self.cu_q_lens[s] as usize, self.cu_q_lens[s + 1] as usize);
+            let kv_len = self.kv_lens[s] as usize;
+            let q_len = q1 - q0;
+            let load = |j: usize, head: usize, x: usize, scale: Option<f32>| {
+                let page = self.page_indices[s * self.pages_per_seq + j / self.page_size] as usize;
+                let v = kv_at(page, j % self.page_size, head, x);
+                match scale {
+                    Some(sc) => round_to(self.q_dtype, v * sc as f64),
+                    None => v,
+                }
+            };
+            for r in 0..q_len {
+                let t = q0 + r;
+                let pos = (kv_len - q_len + r) as i64;
+                for h in 0..nq {
+                    let g = h / group;
+                    let mut logits = vec![0.0f64; kv_len];
+                    for (j, logit) in logits.iter_mut().enumerate() {
+                        let mut dot = 0.0;
+                        for x in 0..d {
+                            dot += decode(self.q_dtype, &self.q, (t * nq + h) * d + x) * load(j, 2 * g, x, self.k_scale);
+                        }
+                        let mut l = dot * self.sm_scale as f64;
+                        if let Some(c) = self.soft_cap {
+                            l = c as f64 * (l / c as f64).tanh();
+                        }
+                        let masked = (j as i64) > pos || self.sliding_window.is_some_and(|w| (j as i64) <= pos - w as i64);
+                        if masked {
+                            l += mask_value;
+                        }
+                        *logit = l;
+                    }
+                    let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = logits.iter().map(|l| (l - m).exp()).collect();
+                    let sum: f64 = w.iter().sum();
+                    for x in 0..d {
+                        let acc: f64 = (0..kv_len).map(|j| w[j] * load(j, 2 * g + 1, x, self.v_scale)).sum();
+                        out[(t * nq + h) * d + x] = acc / sum;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Tolerance per output dtype: |got - want| <= atol + rtol * |want|.
+pub fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (2e-5, 2e-4),
+        DType::F16 => (2e-3, 4e-3),
+        _ => (1.6e-2, 1.6e-2),
+    }
+}
+
+/// Compares an output buffer with the oracle on every row (padding rows must be exactly 0).
+/// Returns the worst absolute error on valid rows.
+pub fn assert_close(case: &Case, got: &[u8], want: &[f64], label: &str) -> f64 {
+    let (atol, rtol) = tolerance(case.q_dtype);
+    let row = case.num_q_heads * case.head_dim;
+    let mut worst = 0.0f64;
+    for (i, &w) in want.iter().enumerate() {
+        let g = decode(case.q_dtype, got, i);
+        assert!(g.is_finite(), "{label}: non-finite output {g} at {i}");
+        if i / row >= case.valid_rows() {
+            assert_eq!(g, 0.0, "{label}: padding row {} not zero", i / row);
+            continue;
+        }
+        let err = (g - w).abs();
+        worst = worst.max(err);
+        assert!(err <= atol + rtol * w.abs(), "{label}: element {i} (row {}): got {g}, want {w}, err {err}", i / row);
+    }
+    worst
+}
