@@ -1,0 +1,238 @@
+//! GPU tests: the kernels against the CPU implementation (itself checked against a float64 oracle
+//! and JAX's reference), with fresh random inputs and poisoned outputs. They need a CUDA GPU and
+//! are ignored otherwise; run them with `cargo test --release --test gpu -- --include-ignored`
+//! (scripts/gpu_check.sh does, on the lent GPU machine).
+
+mod common;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use common::*;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use rand::prelude::*;
+use xla_gpu_kernels::host::dtype::TensorRef;
+use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda, run_cpu, DeviceBuffers, PagedAttention};
+use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
+use xla_gpu_kernels::host::DType;
+use xla_gpu_kernels::KERNELS;
+
+fn gpu() -> Arc<CudaStream> {
+    let ctx = CudaContext::new(0).expect("a CUDA GPU (these tests are ignored without one)");
+    // A non-default stream, as XLA would hand us.
+    ctx.new_stream().unwrap()
+}
+
+struct Dev<T> {
+    buf: CudaSlice<T>,
+}
+
+impl<T: cudarc::driver::DeviceRepr> Dev<T> {
+    fn from(stream: &Arc<CudaStream>, host: &[T]) -> Self {
+        Dev { buf: stream.clone_htod(host).unwrap() }
+    }
+    fn ptr(&self, stream: &Arc<CudaStream>) -> *mut c_void {
+        let (p, _sync) = self.buf.device_ptr(stream);
+        p as *mut c_void
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let elem = dtype.size_bytes().unwrap();
+        for n in [1usize, 3, 17, 255, 1000, 4097, (1 << 20) + 5, 10_000_019] {
+            for offset in [0usize, 1] {
+                let vals = |rng: &mut StdRng| encode(dtype, &(0..n + 1).map(|_| rng.gen_range(-1e3..1e3)).collect::<Vec<_>>());
+                let (a, b) = (vals(&mut rng), vals(&mut rng));
+                let (da, db) = (Dev::from(&stream, &a), Dev::from(&stream, &b));
+                let dout = Dev::from(&stream, &vec![0xFFu8; (n + 1) * elem]); // NaN-poisoned
+                let off = |p: *mut c_void| unsafe { (p as *mut u8).add(offset * elem) as *mut c_void };
+                let op = SimpleAdd { dtype, len: n };
+                unsafe { op.launch_cuda(&KERNELS, stream.cu_stream(), off(da.ptr(&stream)), off(db.ptr(&stream)), off(dout.ptr(&stream))) }.unwrap();
+                let got = stream.clone_dtoh(&dout.buf).unwrap();
+                let mut want = vec![0u8; n * elem];
+                op.run_cpu(&a[offset * elem..], &b[offset * elem..], &mut want).unwrap();
+                assert_eq!(&got[offset * elem..(offset + n) * elem], &want[..], "{dtype} n={n} offset={offset}");
+                // Elements outside [offset, offset + n) stay poisoned.
+                let untouched = if offset == 0 { &got[n * elem..] } else { &got[..elem] };
+                assert!(untouched.iter().all(|&x| x == 0xFF), "{dtype} n={n}: wrote outside the range");
+            }
+        }
+    }
+}
+
+fn spec(case: &Case) -> PagedAttention {
+    let null = std::ptr::null_mut();
+    let (qd, kvd) = (case.q_dims(), case.kv_dims());
+    let seqs = [case.max_num_seqs as i64];
+    let table = [case.max_num_seqs as i64, case.pages_per_seq as i64];
+    let cu = [case.max_num_seqs as i64 + 1];
+    let t = |dtype, dims| TensorRef { data: null, dtype, dims };
+    PagedAttention::from_tensors(&t(case.q_dtype, &qd), &t(case.kv_dtype, &kvd), &t(DType::S32, &seqs), &t(DType::S32, &table), &t(DType::S32, &cu), &t(DType::S32, &[1]), &t(case.q_dtype, &qd), case.attributes()).unwrap()
+}
+
+/// Runs the kernel on a NaN-poisoned output; returns the output bytes.
+fn run_gpu(stream: &Arc<CudaStream>, case: &Case) -> Vec<u8> {
+    let q = Dev::from(stream, &case.q);
+    let kv = Dev::from(stream, &case.kv);
+    let kv_lens = Dev::from(stream, &case.kv_lens);
+    let table = Dev::from(stream, &case.page_indices);
+    let cu = Dev::from(stream, &case.cu_q_lens);
+    let ns = Dev::from(stream, &[case.num_seqs]);
+    let out = Dev::from(stream, &vec![0xFFu8; case.out_bytes()]);
+    let bufs = DeviceBuffers {
+        q: q.ptr(stream),
+        kv_pages: kv.ptr(stream),
+        kv_lens: kv_lens.ptr(stream),
+        page_indices: table.ptr(stream),
+        cu_q_lens: cu.ptr(stream),
+        num_seqs: ns.ptr(stream),
+        out: out.ptr(stream),
+    };
+    unsafe { launch_cuda(&KERNELS, stream.cu_stream(), &spec(case), bufs) }.unwrap();
+    stream.synchronize().unwrap();
+    stream.clone_dtoh(&out.buf).unwrap()
+}
+
+fn run_host(case: &Case) -> Vec<u8> {
+    let mut out = vec![0u8; case.out_bytes()];
+    run_cpu(&spec(case), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
+    out
+}
+
+/// Worst |gpu - cpu| over all rows; asserts the tolerance and that every element was written.
+fn compare(case: &Case, gpu: &[u8], cpu: &[u8], label: &str) -> f64 {
+    let (atol, rtol) = tolerance(case.q_dtype);
+    let mut worst = 0.0f64;
+    for i in 0..case.max_tokens * case.num_q_heads * case.head_dim {
+        let (g, c) = (decode(case.q_dtype, gpu, i), decode(case.q_dtype, cpu, i));
+        assert!(g.is_finite(), "{label}: element {i} not written (poison {g})");
+        let err = (g - c).abs();
+        worst = worst.max(err);
+        assert!(err <= atol + rtol * c.abs(), "{label}: element {i}: gpu {g} cpu {c}");
+    }
+    worst
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn paged_attention_matches_cpu_over_the_feature_matrix() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let dtypes = [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F16),
+        (DType::BF16, DType::BF16),
+        (DType::F32, DType::F8E4M3FN),
+        (DType::F16, DType::F8E4M3FN),
+        (DType::BF16, DType::F8E4M3FN),
+        (DType::F32, DType::F8E5M2),
+        (DType::F16, DType::F8E5M2),
+        (DType::BF16, DType::F8E5M2),
+    ];
+    let head_dims = [64, 80, 96, 112, 128, 192, 256];
+    let page_sizes = [1, 2, 8, 16, 32, 64, 128, 256];
+    let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4)]; // (kv heads, group): MHA, GQA, MQA
+    let mut worst = std::collections::BTreeMap::<String, f64>::new();
+    let mut count = 0;
+    for i in 0..2 * dtypes.len() * head_dims.len() {
+        let (q_dtype, kv_dtype) = dtypes[i % dtypes.len()];
+        let head_dim = head_dims[(i / dtypes.len()) % head_dims.len()];
+        let page_size = page_sizes[i % page_sizes.len()];
+        let (nkv, group) = heads[i % heads.len()];
+        // Ragged mix: decode, prefill, chunked prefill; some long enough to split the keys.
+        let seqs: Vec<(usize, usize)> = (0..rng.gen_range(1..5))
+            .map(|_| {
+                let kv_len = if rng.gen_bool(0.2) { rng.gen_range(1000..5000) } else { rng.gen_range(1..300) };
+                let q_len = match rng.gen_range(0..3) {
+                    0 => 1,
+                    1 => kv_len.min(64),
+                    _ => rng.gen_range(1..=kv_len.min(40)),
+                };
+                (q_len, kv_len)
+            })
+            .collect();
+        let pad = rng.gen_range(0..5);
+        let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        match i % 5 {
+            1 => case.sliding_window = Some(rng.gen_range(1..200)),
+            2 => case.soft_cap = Some(rng.gen_range(5.0..50.0)),
+            3 => case.mask_value = Some(-2.0),
+            4 => {
+                case.sliding_window = Some(rng.gen_range(1..64));
+                case.soft_cap = Some(30.0);
+            }
+            _ => {}
+        }
+        if kv_dtype == q_dtype && i % 7 == 0 {
+            case.k_scale = Some(0.5);
+            case.v_scale = Some(2.0);
+        }
+        let label = format!("case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
+        let err = compare(&case, &run_gpu(&stream, &case), &run_host(&case), &label);
+        let key = format!("{q_dtype}/{kv_dtype}");
+        let w = worst.entry(key).or_insert(0.0);
+        *w = w.max(err);
+        count += 1;
+    }
+    for (k, v) in &worst {
+        println!("worst |gpu - cpu| {k}: {v:.3e}");
+    }
+    println!("{count} feature-matrix cases passed");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn paged_attention_long_context_128k() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    // One 128k-token sequence (decode + a 3-row chunk) beside a short one: split-KV path.
+    let mut case = random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
+    case.sm_scale = 0.08;
+    let err = compare(&case, &run_gpu(&stream, &case), &run_host(&case), "128k");
+    println!("worst |gpu - cpu| 128k bf16: {err:.3e}");
+}
+
+/// Invalid metadata: the kernel must write every element, finite, never out of bounds (run this
+/// under `compute-sanitizer --tool memcheck`), and compute what the CPU implementation does.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn paged_attention_invalid_metadata_stays_in_bounds() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let base = random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(3, 300), (1, 2000), (5, 40)], 3);
+    let mut cases = vec![("valid", base.clone())];
+    let mut c = base.clone();
+    c.page_indices.iter_mut().step_by(3).for_each(|p| *p = 1_000_000_007);
+    cases.push(("page index past the pool", c));
+    let mut c = base.clone();
+    c.page_indices.iter_mut().step_by(2).for_each(|p| *p = -7);
+    cases.push(("negative page index", c));
+    let mut c = base.clone();
+    c.kv_lens[1] = i32::MAX;
+    cases.push(("kv_len beyond the pages", c));
+    let mut c = base.clone();
+    c.kv_lens[0] = -100;
+    cases.push(("negative kv_len", c));
+    let mut c = base.clone();
+    let n = c.cu_q_lens.len();
+    c.cu_q_lens = (0..n as i32).map(|i| [0, 7, 2, 12, i32::MAX][i as usize % 5]).collect();
+    cases.push(("decreasing and huge cu_q_lens", c));
+    let mut c = base.clone();
+    c.cu_q_lens[1] = -50;
+    cases.push(("negative cu_q_lens", c));
+    let mut c = base.clone();
+    c.num_seqs = 1 << 28;
+    cases.push(("num_seqs > max_num_seqs", c));
+    let mut c = base.clone();
+    c.kv_lens[2] = 1; // q_len 5 > kv_len 1
+    cases.push(("q_len > kv_len", c));
+    for (label, case) in &cases {
+        compare(case, &run_gpu(&stream, case), &run_host(case), label);
+    }
+    println!("{} invalid-metadata cases stayed in bounds and matched the CPU", cases.len());
+}
