@@ -41,8 +41,9 @@ pub fn ensure_driver() -> Result<()> {
 pub struct KernelModule {
     /// NUL-terminated PTX text.
     ptx: &'static str,
-    /// (CUcontext address, module): a process sees a handful of contexts, so a list suffices.
-    contexts: Mutex<Vec<(usize, Arc<ContextModule>)>>,
+    /// (context id, module): a process sees a handful of contexts, so a list suffices. Keyed by
+    /// `cuCtxGetId`, not the handle: a destroyed context's handle can be reused by a new one.
+    contexts: Mutex<Vec<(u64, Arc<ContextModule>)>>,
 }
 
 /// The PTX image loaded into one context, with the per-device facts launches need.
@@ -77,10 +78,15 @@ impl KernelModule {
     pub fn for_stream(&self, stream: CUstream) -> Result<Arc<ContextModule>> {
         ensure_driver()?;
         let context = stream_context(stream)?;
+        let mut id = 0u64;
+        // SAFETY: out-pointer to a local; `context` is live (it owns the stream).
+        unsafe { sys::cuCtxGetId(context, &mut id) }.result().map_err(|e| Error::cuda("cuCtxGetId", e))?;
         let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, m)) = contexts.iter().find(|(c, _)| *c == context as usize) {
+        if let Some((_, m)) = contexts.iter().find(|(c, _)| *c == id) {
             return Ok(m.clone());
         }
+        // Entries of destroyed contexts stay behind, unmatched (ids are never reused); their
+        // modules were freed with the context.
         if !self.ptx.ends_with('\0') {
             return Err(Error::invalid("internal: PTX image is not NUL-terminated"));
         }
@@ -103,7 +109,7 @@ impl KernelModule {
             multiprocessors,
             compute_capability: major * 10 + minor,
         });
-        contexts.push((context as usize, loaded.clone()));
+        contexts.push((id, loaded.clone()));
         Ok(loaded)
     }
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine, from the repository root, with .gpu/ carried (scripts/stage_gpu.sh).
+# Logs go to $OUT; a summary table is printed last.
+set -uo pipefail
+OUT=${OUT:-/tmp/xgk-out}; mkdir -p "$OUT"
+export XLA_GPU_KERNELS_LIB=$PWD/.gpu/libxla_gpu_kernels.so PYTHONUNBUFFERED=1
+summary=()
+step() { # name, command...
+  local name=$1; shift
+  local start=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  summary+=("$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$(grep -E 'test result|passed|failed|ERROR SUMMARY' "$OUT/$name.log" | tail -1)")")
+}
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -c 'import jax, torch; print("jax", jax.__version__, "torch", torch.__version__, torch.version.cuda)'; } > "$OUT/device.txt" 2>&1
+step rust_gpu .gpu/bin/gpu --include-ignored --test-threads=1 --nocapture
+step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata
+step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py
+if [ -f tests/python/test_torch.py ]; then step torch python3 -m pytest -q -s tests/python/test_torch.py; fi
+cat "$OUT/device.txt"; grep -h "worst\|cases" "$OUT"/rust_gpu.log "$OUT"/jax_gpu.log | sort -u | head -40
+printf '%s\n' "${summary[@]}"

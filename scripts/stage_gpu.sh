@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds, on this (GPU-less) machine, everything the GPU machine runs, into the git-ignored .gpu/:
+# the release .so, the GPU test binary and the benchmark binary. The lent GPU machine has no Rust.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .gpu && mkdir -p .gpu/bin
+cargo build --release --lib
+cp target/release/libxla_gpu_kernels.so .gpu/
+for target in "--test gpu" "--bench kernels"; do
+  # shellcheck disable=SC2086
+  exe=$(cargo test --release --no-run $target --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
+  cp "$exe" ".gpu/bin/$(echo $target | awk '{print $2}')"
+done
+ls -la .gpu .gpu/bin

@@ -1,0 +1,86 @@
+"""JAX 0.11 on CUDA: the typed FFI targets and both legacy symbols, against JAX's own add and
+`ref_ragged_paged_attention` run on the same GPU. Marked `gpu`: run with
+`pytest tests/python/test_jax_gpu.py -m gpu` on the GPU machine (scripts/gpu_check.sh)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xla_gpu_kernels.jax as xk
+from rpa_cases import check_close, random_cases
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def on_gpu():
+    assert jax.default_backend() == "gpu", f"needs a CUDA GPU, JAX backend is {jax.default_backend()}"
+    xk.register()
+
+
+@pytest.mark.parametrize("api", [4, 1, 2])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("n", [1, 3, 1001, (1 << 20) + 3])
+def test_simple_add_every_abi(api, dtype, n):
+    rng = np.random.default_rng()
+    a = jnp.asarray(rng.uniform(-1e3, 1e3, n), dtype)
+    b = jnp.asarray(rng.uniform(-1e3, 1e3, n), dtype)
+    out = jax.jit(lambda x, y: xk.simple_add(x, y, custom_call_api_version=api))(a, b)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(jax.jit(jnp.add)(a, b)))
+
+
+def test_hlo_names_our_targets():
+    a = jnp.ones((8,), jnp.float32)
+    for api, target in [(4, "xla_gpu_simple_add"), (1, "XlaGpuSimpleAdd"), (2, "XlaGpuSimpleAddStatus")]:
+        text = jax.jit(lambda x, y: xk.simple_add(x, y, custom_call_api_version=api)).lower(a, a).compile().as_text()
+        assert f'custom_call_target="{target}"' in text
+
+
+@pytest.mark.parametrize("opaque,message", [
+    ("xgk1;op=simple_add;dtype=s32;n=4", "unsupported dtype s32"),  # > 15 bytes: heap-allocated status
+    ("{}", "opaque must start with"),  # JSON: XLA swallows it, we see an empty opaque
+])
+def test_legacy_status_reports_our_error(opaque, message):
+    a = jnp.ones((4,), jnp.float32)
+    call = jax.ffi.ffi_call(xk.LEGACY_SIMPLE_ADD_STATUS, jax.ShapeDtypeStruct((4,), jnp.float32),
+                            custom_call_api_version=2, legacy_backend_config=opaque)
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(jax.jit(call)(a, a))
+    # The process survives and the next call works.
+    np.testing.assert_array_equal(np.asarray(xk.simple_add(a, a, custom_call_api_version=2)), 2 * np.ones(4))
+
+
+def test_typed_error_through_xla_on_gpu():
+    a, b = jnp.ones((4,), jnp.float32), jnp.ones((4,), jnp.float16)
+    call = jax.ffi.ffi_call(xk.SIMPLE_ADD, jax.ShapeDtypeStruct((4,), jnp.float32))
+    with pytest.raises(Exception, match="simple_add: dtype mismatch: a is f32 but b is f16"):
+        jax.block_until_ready(call(a, b))
+
+
+CASES = random_cases(seed=np.random.SeedSequence().entropy % 2**32, count=28)
+WORST = {}
+
+
+@pytest.mark.parametrize("api", [4, 2])
+@pytest.mark.parametrize("label,case", CASES, ids=[c[0] for c in CASES])
+def test_paged_attention_matches_reference_on_gpu(label, case, api):
+    args, attrs = case
+    dev = tuple(jax.device_put(jnp.asarray(a)) for a in args)
+    ours = jax.jit(lambda *a: xk.ragged_paged_attention(*a, custom_call_api_version=api, **attrs))(*dev)
+    ref = ref_on_gpu(dev, attrs)
+    err = check_close(ours, ref, args[4], args[5], args[0].dtype, label)
+    key = f"{args[0].dtype}/{args[1].dtype}"
+    WORST[key] = max(WORST.get(key, 0.0), err)
+
+
+def ref_on_gpu(dev, attrs):
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
+    # JAX's GPU matmuls default to TF32 for f32: ask the reference for full f32.
+    with jax.default_matmul_precision("highest"):
+        return ref_ragged_paged_attention(*dev, **attrs)
+
+
+def test_report_worst_errors():
+    for k, v in sorted(WORST.items()):
+        print(f"worst |ours - ref| on GPU {k}: {v:.3e}")
