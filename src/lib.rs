@@ -118,7 +118,7 @@ pub unsafe extern "C" fn XlaGpuPagedAttention(
 }
 
 /// C API: `out = a + b`; `platform` 0 = CPU pointers, 1 = CUDA pointers on `stream`.
-/// Returns 0, or 1 with a NUL-terminated message in `err`.
+/// Returns 0, or 1 (invalid argument) / 2 (other failure) with a NUL-terminated message in `err`.
 ///
 /// # Safety
 /// See `host::capi::simple_add`.
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn xgk_simple_add(platform: i32, stream: *mut c_void, tens
 }
 
 /// C API: ragged paged attention; tensors `[q, kv_pages, kv_lens, page_indices, cu_q_lens,
-/// num_seqs, out]`. Returns 0, or 1 with a NUL-terminated message in `err`.
+/// num_seqs, out]`. Returns 0, or 1 (invalid argument) / 2 (other failure) with a message in `err`.
 ///
 /// # Safety
 /// See `host::capi::paged_attention`.

@@ -49,20 +49,26 @@ unsafe fn tensor<'a>(t: &XgkTensor) -> TensorRef<'a> {
     TensorRef { data: t.data, dtype: DType::from_xla(t.dtype), dims }
 }
 
+/// Return code of a rejected input (shape, dtype, attribute).
+pub const STATUS_INVALID_ARGUMENT: i32 = 1;
+/// Return code of any other failure (CUDA error, no driver, internal).
+pub const STATUS_FAILED: i32 = 2;
+
 /// Runs `body`, catching panics; on error writes the message (NUL-terminated, truncated) into
-/// `err` and returns 1, else 0.
+/// `err` and returns [`STATUS_INVALID_ARGUMENT`] or [`STATUS_FAILED`], else 0.
 unsafe fn c_call(err: *mut c_char, err_len: usize, body: impl FnOnce() -> Result<()>) -> i32 {
     let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(crate::xla::ffi::panic_message(&*p))));
     match outcome {
         Ok(()) => 0,
         Err(e) => {
+            let code = if matches!(e, Error::InvalidArgument(_)) { STATUS_INVALID_ARGUMENT } else { STATUS_FAILED };
             if !err.is_null() && err_len > 0 {
                 let msg = e.to_string();
                 let n = msg.len().min(err_len - 1);
                 std::ptr::copy_nonoverlapping(msg.as_ptr(), err as *mut u8, n);
                 *err.add(n) = 0;
             }
-            1
+            code
         }
     }
 }
