@@ -15,6 +15,7 @@ step() { # name, command...
 step rust_gpu .gpu/bin/gpu --include-ignored --test-threads=1 --nocapture
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata
 step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py
-if [ -f tests/python/test_torch.py ]; then step torch python3 -m pytest -q -s tests/python/test_torch.py; fi
+step torch python3 -m pytest -q -s tests/python/test_torch.py tests/python/test_examples.py
+[ "${XGK_BENCH:-1}" = 1 ] && step bench .gpu/bin/kernels --bench --noplot
 cat "$OUT/device.txt"; grep -h "worst\|cases" "$OUT"/rust_gpu.log "$OUT"/jax_gpu.log | sort -u | head -40
 printf '%s\n' "${summary[@]}"
