@@ -103,13 +103,14 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
     let n = 1usize << 26;
     for dtype in [DType::F32, DType::BF16] {
         let elem = dtype.size_bytes().unwrap();
-        let a: CudaSlice<u8> = stream.clone_htod(&(0..n * elem).map(|_| rng.gen::<u8>() & 0x3f).collect::<Vec<_>>()).unwrap();
+        let mut input = || -> CudaSlice<u8> { stream.clone_htod(&(0..n * elem).map(|_| rng.gen::<u8>() & 0x3f).collect::<Vec<_>>()).unwrap() };
+        let (a, b_in) = (input(), input());
         let out: CudaSlice<u8> = stream.alloc_zeros(n * elem).unwrap();
         let op = SimpleAdd { dtype, len: n };
         g.throughput(Throughput::Bytes(3 * (n * elem) as u64));
         g.bench_function(BenchmarkId::new(dtype.name(), n), |b| {
             b.iter_custom(|iters| {
-                time_gpu(stream, iters, || unsafe { op.launch_cuda(&KERNELS, stream.cu_stream(), dptr(&a, stream), dptr(&a, stream), dptr(&out, stream)) }.unwrap())
+                time_gpu(stream, iters, || unsafe { op.launch_cuda(&KERNELS, stream.cu_stream(), dptr(&a, stream), dptr(&b_in, stream), dptr(&out, stream)) }.unwrap())
             })
         });
     }
