@@ -4,7 +4,8 @@
 //! - one block per (query row `t`, KV head `g`, chunk of up to `HC` query heads of that KV head,
 //!   KV split `s`): all query heads of a KV head are handled together so each key and value is
 //!   read once per row, whatever the GQA ratio (MQA included, in chunks of `HC` heads);
-//! - a block's 4 warps take interleaved keys of the split; within a warp, lane `l` owns head
+//! - a block's 4 warps take runs of `KB` consecutive keys of the split, loading a run's K and V
+//!   rows together before using them, with one softmax rescale per run; within a warp, lane `l` owns head
 //!   dimensions `[l*DPL, (l+1)*DPL)` of q, K, V and the accumulator (16-byte loads for bf16 with
 //!   DPL = 8, coalesced over the warp: one key row per warp instruction);
 //! - each warp keeps an online softmax (running max, sum, accumulator) per head; warps merge
@@ -34,10 +35,17 @@ pub const RPA_THREADS: u32 = RPA_WARPS * WARP_SIZE;
 /// Query heads handled by one block for a given dims-per-lane (`DPL`): bounded so that q and the
 /// accumulators (`2 * HC * DPL` floats per lane) stay in registers.
 pub const fn heads_per_block(dims_per_lane: u32) -> u32 {
+    let _ = dims_per_lane;
+    4
+}
+
+/// Keys a warp loads together before using them (memory-level parallelism), bounded by the
+/// registers K and V of a run take (`2 * KB * DPL` floats per lane).
+pub const fn keys_per_warp_step(dims_per_lane: u32) -> u32 {
     if dims_per_lane >= 8 {
-        4
+        2
     } else {
-        8
+        4
     }
 }
 
@@ -74,7 +82,7 @@ struct RpaPointers<Q, KV> {
 }
 
 #[inline(always)]
-unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize>(
+unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize, const KB: usize>(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
@@ -131,53 +139,76 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
     let token_stride = 2 * p.num_kv_heads as usize * d;
     let page_table = ptr.page_indices.add(seq_idx as usize * p.pages_per_seq as usize);
 
-    let mut j = split_lo + warp;
-    while j < split_hi {
-        let page = *page_table.add((j / p.page_size) as usize);
-        if page_is_valid(page, p.total_pages) {
-            let token = page as usize * p.page_size as usize + (j % p.page_size) as usize;
-            let k_row = ptr.kv.add(token * token_stride + 2 * g as usize * d);
-            let mut kf = [0.0f32; DPL];
-            let mut vf = [0.0f32; DPL];
-            if lane_active {
-                let kr: [KV; DPL] = super::load_vec(k_row.add(lane_dim));
-                let vr: [KV; DPL] = super::load_vec(k_row.add(d + lane_dim));
-                unroll::<DPL>(|k| {
-                    kf[k] = kr[k].widen();
-                    vf[k] = vr[k].widen();
-                });
-                if p.kv_scaled != 0 {
-                    // The contract scales in f32, then casts K and V to q's dtype.
-                    unroll::<DPL>(|k| {
-                        kf[k] = Q::from_f32(kf[k] * p.k_scale).to_f32();
-                        vf[k] = Q::from_f32(vf[k] * p.v_scale).to_f32();
-                    });
+    // Each warp takes runs of KB consecutive keys (warp w: keys [base + w*KB, base + (w+1)*KB)),
+    // issues all their K/V loads before using any, and rescales its softmax once per run.
+    let mut base = split_lo + warp * KB as u32;
+    while base < split_hi {
+        let mut kf = [[0.0f32; DPL]; KB];
+        let mut vf = [[0.0f32; DPL]; KB];
+        let mut present = [false; KB];
+        unroll::<KB>(|kk| {
+            let j = base + kk as u32;
+            if j < split_hi {
+                let page = *page_table.add((j / p.page_size) as usize);
+                if page_is_valid(page, p.total_pages) {
+                    present[kk] = true;
+                    if lane_active {
+                        let token = page as usize * p.page_size as usize + (j % p.page_size) as usize;
+                        let k_row = ptr.kv.add(token * token_stride + 2 * g as usize * d + lane_dim);
+                        let kr: [KV; DPL] = super::load_vec(k_row);
+                        let vr: [KV; DPL] = super::load_vec(k_row.add(d));
+                        unroll::<DPL>(|k| {
+                            kf[kk][k] = kr[k].widen();
+                            vf[kk][k] = vr[k].widen();
+                        });
+                    }
                 }
             }
-            let masked = p.include_masked != 0 && !window.visible(j);
-            unroll::<HC>(|hh| {
-                if hh < hc {
-                    let mut dot = 0.0f32;
-                    unroll::<DPL>(|k| dot += q[hh][k] * kf[k]);
-                    let mut s = warp_sum_f32(dot);
-                    if p.soft_cap != 0.0 {
-                        s = p.soft_cap * tanh(s / p.soft_cap);
-                    }
-                    if masked {
-                        s += p.mask_value;
-                    }
-                    let m_new = max_f32(m[hh], s);
-                    if m_new != f32::NEG_INFINITY {
-                        let corr = exp2_approx((m[hh] - m_new) * LOG2_E);
-                        let w = exp2_approx((s - m_new) * LOG2_E);
-                        l[hh] = l[hh] * corr + w;
-                        unroll::<DPL>(|k| acc[hh][k] = acc[hh][k] * corr + w * vf[k]);
-                        m[hh] = m_new;
-                    }
-                }
+        });
+        if p.kv_scaled != 0 && lane_active {
+            // The contract scales in f32, then casts K and V to q's dtype.
+            unroll::<KB>(|kk| {
+                unroll::<DPL>(|k| {
+                    kf[kk][k] = Q::from_f32(kf[kk][k] * p.k_scale).to_f32();
+                    vf[kk][k] = Q::from_f32(vf[kk][k] * p.v_scale).to_f32();
+                })
             });
         }
-        j += RPA_WARPS;
+        unroll::<HC>(|hh| {
+            if hh < hc {
+                // Logits of the run (-inf for absent keys: past the split or on an invalid page).
+                let mut s = [f32::NEG_INFINITY; KB];
+                let mut s_max = f32::NEG_INFINITY;
+                unroll::<KB>(|kk| {
+                    if present[kk] {
+                        let mut dot = 0.0f32;
+                        unroll::<DPL>(|k| dot += q[hh][k] * kf[kk][k]);
+                        let mut x = warp_sum_f32(dot);
+                        if p.soft_cap != 0.0 {
+                            x = p.soft_cap * tanh(x / p.soft_cap);
+                        }
+                        if p.include_masked != 0 && !window.visible(base + kk as u32) {
+                            x += p.mask_value;
+                        }
+                        s[kk] = x;
+                        s_max = max_f32(s_max, x);
+                    }
+                });
+                let m_new = max_f32(m[hh], s_max);
+                if m_new != f32::NEG_INFINITY {
+                    let corr = exp2_approx((m[hh] - m_new) * LOG2_E);
+                    l[hh] *= corr;
+                    unroll::<DPL>(|k| acc[hh][k] *= corr);
+                    unroll::<KB>(|kk| {
+                        let w = exp2_approx((s[kk] - m_new) * LOG2_E);
+                        l[hh] += w;
+                        unroll::<DPL>(|k| acc[hh][k] += w * vf[kk][k]);
+                    });
+                    m[hh] = m_new;
+                }
+            }
+        });
+        base += RPA_WARPS * KB as u32;
     }
 
     // Merge the warps: shared layout [warp][head][2 + 32*DPL] = (m, l, acc[32*DPL]).
@@ -275,7 +306,7 @@ macro_rules! rpa_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
             part_lse: *mut f32, params: RpaParams,
         ) {
-            rpa_partial::<$q, $kv, $dpl, { heads_per_block($dpl) as usize }>(
+            rpa_partial::<$q, $kv, $dpl, { heads_per_block($dpl) as usize }, { keys_per_warp_step($dpl) as usize }>(
                 RpaPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse },
                 params,
             )
