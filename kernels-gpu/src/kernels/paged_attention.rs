@@ -32,12 +32,10 @@ pub const RPA_WARPS: u32 = 4;
 /// Threads per block of both attention kernels.
 pub const RPA_THREADS: u32 = RPA_WARPS * WARP_SIZE;
 
-/// Query heads handled by one block for a given dims-per-lane (`DPL`): bounded so that q and the
-/// accumulators (`2 * HC * DPL` floats per lane) stay in registers.
-pub const fn heads_per_block(dims_per_lane: u32) -> u32 {
-    let _ = dims_per_lane;
-    4
-}
+/// Query heads handled by one block (a GQA group larger than this is split over `gridDim.y`).
+/// q and the accumulators take `2 * HEADS_PER_BLOCK * DPL` registers per lane; 4 heads measured
+/// faster than 8 on an H200 (occupancy, benchmarks/NOTES.md).
+pub const HEADS_PER_BLOCK: u32 = 4;
 
 /// Keys a warp loads together before using them (memory-level parallelism), bounded by the
 /// registers K and V of a run take (`2 * KB * DPL` floats per lane).
@@ -51,7 +49,7 @@ pub const fn keys_per_warp_step(dims_per_lane: u32) -> u32 {
 
 /// Dynamic shared memory the attention kernel needs, in bytes.
 pub const fn rpa_shared_bytes(dims_per_lane: u32) -> u32 {
-    let hc = heads_per_block(dims_per_lane);
+    let hc = HEADS_PER_BLOCK;
     RPA_WARPS * hc * (2 + WARP_SIZE * dims_per_lane) * 4
 }
 
@@ -306,7 +304,7 @@ macro_rules! rpa_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
             part_lse: *mut f32, params: RpaParams,
         ) {
-            rpa_partial::<$q, $kv, $dpl, { heads_per_block($dpl) as usize }, { keys_per_warp_step($dpl) as usize }>(
+            rpa_partial::<$q, $kv, $dpl, { HEADS_PER_BLOCK as usize }, { keys_per_warp_step($dpl) as usize }>(
                 RpaPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse },
                 params,
             )

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use kernels_gpu::kernels::paged_attention::{heads_per_block, rpa_shared_bytes, RPA_THREADS, RPA_WARPS};
+use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
 
 use super::PagedAttention;
 use crate::dtype::DType;
@@ -97,7 +97,7 @@ pub unsafe fn launch_cuda(kernels: &KernelModule, stream: Stream, spec: &PagedAt
     let module = kernels.for_stream(stream)?;
     let dpl = spec.dims_per_lane();
     let group = spec.num_q_heads / spec.num_kv_heads;
-    let chunks = group.div_ceil(heads_per_block(dpl));
+    let chunks = group.div_ceil(HEADS_PER_BLOCK);
     let grid_y = spec.num_kv_heads * chunks;
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
