@@ -79,6 +79,9 @@ fn build_ptx() -> Result<(), String> {
         format!("-Ctarget-cpu={arch}"),
         format!("-Clinker={}", env::current_exe().unwrap().display()),
         "-Cdebuginfo=0".to_string(),
+        // Kernels index per-lane register arrays inside closures (`unroll`); every one of them must
+        // be inlined, or the array is passed by pointer and lands in local memory.
+        "-Cllvm-args=-inline-threshold=2000".to_string(),
     ];
     if !features.is_empty() {
         rustflags.push(format!("-Ctarget-feature={features}"));
@@ -175,6 +178,7 @@ fn link_ptx(args: &[String]) -> Result<(), String> {
         .arg(&linked)
         .arg(format!("--internalize-public-api-file={}", export_list.display()))
         .arg("--passes=internalize,default<O3>,globaldce")
+        .arg("-inline-threshold=2000")
         .arg("--strip-debug")
         .arg("-o")
         .arg(&optimized))?;

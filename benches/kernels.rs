@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::dtype::TensorRef;
-use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda, run_cpu, Attributes, DeviceBuffers, PagedAttention};
+use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, run_cpu, Attributes, DeviceBuffers, KernelChoice, PagedAttention};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -161,9 +161,11 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
         };
         let kv_bytes: usize = batch.seqs.iter().map(|s| s.1 * KV_TOKEN_BYTES).sum();
         g.throughput(Throughput::Bytes((kv_bytes + 2 * tokens * HEADS * DIM * 2) as u64));
-        g.bench_function(batch.name, |b| {
-            b.iter_custom(|iters| time_gpu(stream, iters, || unsafe { launch_cuda(&KERNELS, stream.cu_stream(), &op, bufs) }.unwrap()))
-        });
+        for (label, kernel) in [("tensor_core", KernelChoice::TensorCore), ("general", KernelChoice::General)] {
+            g.bench_function(BenchmarkId::new(label, batch.name), |b| {
+                b.iter_custom(|iters| time_gpu(stream, iters, || unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &op, bufs, kernel) }.unwrap()))
+            });
+        }
     }
     g.finish();
 }

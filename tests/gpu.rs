@@ -12,7 +12,7 @@ use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::dtype::TensorRef;
-use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda, run_cpu, DeviceBuffers, PagedAttention};
+use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, run_cpu, tensor_core_applies, DeviceBuffers, KernelChoice, PagedAttention};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -75,8 +75,18 @@ fn spec(case: &Case) -> PagedAttention {
     PagedAttention::from_tensors(&t(case.q_dtype, &qd), &t(case.kv_dtype, &kvd), &t(DType::S32, &seqs), &t(DType::S32, &table), &t(DType::S32, &cu), &t(DType::S32, &[1]), &t(case.q_dtype, &qd), case.attributes()).unwrap()
 }
 
+/// The kernels that apply to a case: always the general one, and the tensor-core one where it
+/// applies (every device these tests run on is sm_80+).
+fn kernels_for(case: &Case) -> Vec<KernelChoice> {
+    let mut k = vec![KernelChoice::General];
+    if tensor_core_applies(&spec(case), 90) {
+        k.push(KernelChoice::TensorCore);
+    }
+    k
+}
+
 /// Runs the kernel on a NaN-poisoned output; returns the output bytes.
-fn run_gpu(stream: &Arc<CudaStream>, case: &Case) -> Vec<u8> {
+fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u8> {
     let q = Dev::from(stream, &case.q);
     let kv = Dev::from(stream, &case.kv);
     let kv_lens = Dev::from(stream, &case.kv_lens);
@@ -93,7 +103,7 @@ fn run_gpu(stream: &Arc<CudaStream>, case: &Case) -> Vec<u8> {
         num_seqs: ns.ptr(stream),
         out: out.ptr(stream),
     };
-    unsafe { launch_cuda(&KERNELS, stream.cu_stream(), &spec(case), bufs) }.unwrap();
+    unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec(case), bufs, kernel) }.unwrap();
     stream.synchronize().unwrap();
     stream.clone_dtoh(&out.buf).unwrap()
 }
@@ -172,17 +182,19 @@ fn paged_attention_matches_cpu_over_the_feature_matrix() {
             case.k_scale = Some(0.5);
             case.v_scale = Some(2.0);
         }
-        let label = format!("case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
-        let err = compare(&case, &run_gpu(&stream, &case), &run_host(&case), &label);
-        let key = format!("{q_dtype}/{kv_dtype}");
-        let w = worst.entry(key).or_insert(0.0);
-        *w = w.max(err);
-        count += 1;
+        let cpu = run_host(&case);
+        for kernel in kernels_for(&case) {
+            let label = format!("case {i} {kernel:?}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
+            let err = compare(&case, &run_gpu(&stream, &case, kernel), &cpu, &label);
+            let w = worst.entry(format!("{kernel:?} {q_dtype}/{kv_dtype}")).or_insert(0.0);
+            *w = w.max(err);
+            count += 1;
+        }
     }
     for (k, v) in &worst {
         println!("worst |gpu - cpu| {k}: {v:.3e}");
     }
-    println!("{count} feature-matrix cases passed");
+    println!("{count} feature-matrix kernel runs passed");
 }
 
 #[test]
@@ -193,8 +205,11 @@ fn paged_attention_long_context_128k() {
     // One 128k-token sequence (decode + a 3-row chunk) beside a short one: split-KV path.
     let mut case = random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
     case.sm_scale = 0.08;
-    let err = compare(&case, &run_gpu(&stream, &case), &run_host(&case), "128k");
-    println!("worst |gpu - cpu| 128k bf16: {err:.3e}");
+    let cpu = run_host(&case);
+    for kernel in kernels_for(&case) {
+        let err = compare(&case, &run_gpu(&stream, &case, kernel), &cpu, "128k");
+        println!("worst |gpu - cpu| 128k bf16 {kernel:?}: {err:.3e}");
+    }
 }
 
 /// Invalid metadata: the kernel must write every element, finite, never out of bounds (run this
@@ -232,7 +247,10 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
     c.kv_lens[2] = 1; // q_len 5 > kv_len 1
     cases.push(("q_len > kv_len", c));
     for (label, case) in &cases {
-        compare(case, &run_gpu(&stream, case), &run_host(case), label);
+        let cpu = run_host(case);
+        for kernel in kernels_for(case) {
+            compare(case, &run_gpu(&stream, case, kernel), &cpu, &format!("{label} {kernel:?}"));
+        }
     }
     println!("{} invalid-metadata cases stayed in bounds and matched the CPU", cases.len());
 }

@@ -25,6 +25,7 @@ pub use kernels_gpu_macros::kernel;
 pub mod attention;
 pub mod kernels;
 pub mod math;
+pub mod mma;
 pub mod num;
 pub mod shared;
 pub mod thread;

@@ -88,11 +88,14 @@ impl F8E4M3 {
     #[inline(always)]
     pub fn to_f32(self) -> f32 {
         let b = self.0 as u16;
-        if b & 0x7f == 0x7f {
-            return f32::NAN;
-        }
         let h = f16::from_bits(((b & 0x80) << 8) | ((b & 0x7f) << 7));
-        (h as f32) * 256.0
+        let v = (h as f32) * 256.0;
+        // S.1111.111 is NaN (a select, not a branch: keeps unrolled callers straight-line).
+        if b & 0x7f == 0x7f {
+            f32::NAN
+        } else {
+            v
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! kernels up by the names listed in [`names`].
 
 pub mod paged_attention;
+pub mod paged_attention_mma;
 pub mod simple_add;
 
 /// Loads `N` consecutive elements with the widest aligned vector loads their byte size allows
@@ -71,16 +72,16 @@ pub(crate) unsafe fn store_vec<T: Copy, const N: usize>(dst: *mut T, value: [T; 
     }
 }
 
-/// Calls `f(0), f(1), ..., f(N-1)` with literal indices (N <= 8).
+/// Calls `f(0), f(1), ..., f(N-1)` with literal indices (N <= 16).
 ///
 /// rustc has no unroll pragma, and LLVM gives up unrolling large loop bodies; a register array
 /// indexed by a run-time loop counter then moves to local memory. Indexing per-lane arrays only
 /// inside `unroll` keeps them in registers (ptxas reports a 0-byte stack frame).
 #[inline(always)]
 pub(crate) fn unroll<const N: usize>(mut f: impl FnMut(usize)) {
-    const { assert!(N <= 8, "unroll supports at most 8 iterations") };
+    const { assert!(N <= 16, "unroll supports at most 16 iterations") };
     macro_rules! steps {
         ($($i:literal)*) => {$( if $i < N { f($i) } )*};
     }
-    steps!(0 1 2 3 4 5 6 7);
+    steps!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
 }

@@ -17,7 +17,7 @@
 //! Invalid metadata is resolved by [`crate::attention`] (never an out-of-bounds access): every
 //! global index below is bounded by the static shapes in [`RpaParams`].
 
-use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RpaParams};
+use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
 use crate::kernel;
 use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
 use crate::num::{Bf16, Element, F8E4M3, F8E5M2, KvElement};
@@ -67,38 +67,49 @@ pub const fn dims_per_lane(head_dim: u32) -> Option<u32> {
 }
 
 /// Pointers of one launch (kept out of the by-value parameter struct, see [`RpaParams`]).
-struct RpaPointers<Q, KV> {
-    q: *const Q,
-    kv: *const KV,
-    kv_lens: *const i32,
-    page_indices: *const i32,
-    cu_q_lens: *const i32,
-    num_seqs: *const i32,
-    out: *mut Q,
-    part_o: *mut f32,
-    part_lse: *mut f32,
+pub(crate) struct RpaPointers<Q, KV> {
+    pub q: *const Q,
+    pub kv: *const KV,
+    pub kv_lens: *const i32,
+    pub page_indices: *const i32,
+    pub cu_q_lens: *const i32,
+    pub num_seqs: *const i32,
+    pub out: *mut Q,
+    pub part_o: *mut f32,
+    pub part_lse: *mut f32,
 }
 
+/// What one block of an attention kernel works on: a query row, a chunk of the query heads of
+/// one KV head, and the keys of one split.
+pub(crate) struct Block {
+    /// Query row.
+    pub t: u32,
+    /// KV head.
+    pub g: u32,
+    /// First query head of the chunk, and how many heads of it exist (<= the kernel's chunk).
+    pub h0: u32,
+    pub hc: usize,
+    pub split: u32,
+    pub window: RowWindow,
+    /// Page-table row of the row's sequence.
+    pub page_table: *const i32,
+    /// Keys `[split_lo, split_hi)` of this split.
+    pub split_lo: u32,
+    pub split_hi: u32,
+}
+
+/// Resolves the block's row (sequence, visible keys, split) from the grid position; invalid
+/// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
 #[inline(always)]
-unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize, const KB: usize>(
-    ptr: RpaPointers<Q, KV>,
-    p: RpaParams,
-) {
-    let lane = lane_id();
-    let warp = thread_idx_x() / WARP_SIZE;
+pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) -> Block {
     let t = block_idx_x();
-    let d = p.head_dim as usize;
     let group = p.num_q_heads / p.num_kv_heads;
-    let chunks = group.div_ceil(HC as u32);
+    let chunks = group.div_ceil(heads_per_chunk);
     let g = block_idx_y() / chunks;
     let chunk = block_idx_y() % chunks;
-    let h0 = g * group + chunk * HC as u32;
-    let hc = (group - chunk * HC as u32).min(HC as u32) as usize;
+    let h0 = g * group + chunk * heads_per_chunk;
+    let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
     let split = block_idx_z();
-    let lane_dim = lane as usize * DPL;
-    let lane_active = lane_dim < d;
-
-    // Resolve the row: which sequence, which keys (attention.rs defines invalid metadata).
     let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
     let seq = find_sequence(t as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
     let (window, seq_idx) = match seq {
@@ -118,6 +129,35 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
     let (visit_lo, visit_hi) = window.visit_range(p.include_masked != 0);
     let split_lo = visit_lo.saturating_add(split.saturating_mul(p.split_len)).min(visit_hi);
     let split_hi = split_lo.saturating_add(p.split_len).min(visit_hi);
+    let page_table = ptr.page_indices.add(seq_idx as usize * p.pages_per_seq as usize);
+    Block { t, g, h0, hc, split, window, page_table, split_lo, split_hi }
+}
+
+/// Address of key `j`'s K row for KV head `g` (V follows at `+ head_dim`), or None when its page
+/// index is outside the pool.
+#[inline(always)]
+pub(crate) unsafe fn key_row<KV>(kv: *const KV, blk: &Block, p: &RpaParams, j: u32) -> Option<*const KV> {
+    let page = *blk.page_table.add((j / p.page_size) as usize);
+    if !page_is_valid(page, p.total_pages) {
+        return None;
+    }
+    let token = page as usize * p.page_size as usize + (j % p.page_size) as usize;
+    let d = p.head_dim as usize;
+    Some(kv.add(token * 2 * p.num_kv_heads as usize * d + 2 * blk.g as usize * d))
+}
+
+#[inline(always)]
+unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize, const KB: usize>(
+    ptr: RpaPointers<Q, KV>,
+    p: RpaParams,
+) {
+    let lane = lane_id();
+    let warp = thread_idx_x() / WARP_SIZE;
+    let d = p.head_dim as usize;
+    let blk = resolve_block(&ptr, &p, HC as u32);
+    let (t, h0, hc, window, split_lo, split_hi) = (blk.t, blk.h0, blk.hc, blk.window, blk.split_lo, blk.split_hi);
+    let lane_dim = lane as usize * DPL;
+    let lane_active = lane_dim < d;
 
     // q for this lane's dims, pre-multiplied by sm_scale.
     let mut q = [[0.0f32; DPL]; HC];
@@ -134,8 +174,6 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
     let mut m = [f32::NEG_INFINITY; HC];
     let mut l = [0.0f32; HC];
     let mut acc = [[0.0f32; DPL]; HC];
-    let token_stride = 2 * p.num_kv_heads as usize * d;
-    let page_table = ptr.page_indices.add(seq_idx as usize * p.pages_per_seq as usize);
 
     // Each warp takes runs of KB consecutive keys (warp w: keys [base + w*KB, base + (w+1)*KB)),
     // issues all their K/V loads before using any, and rescales its softmax once per run.
@@ -147,14 +185,11 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<KB>(|kk| {
             let j = base + kk as u32;
             if j < split_hi {
-                let page = *page_table.add((j / p.page_size) as usize);
-                if page_is_valid(page, p.total_pages) {
+                if let Some(row) = key_row(ptr.kv, &blk, &p, j) {
                     present[kk] = true;
                     if lane_active {
-                        let token = page as usize * p.page_size as usize + (j % p.page_size) as usize;
-                        let k_row = ptr.kv.add(token * token_stride + 2 * g as usize * d + lane_dim);
-                        let kr: [KV; DPL] = super::load_vec(k_row);
-                        let vr: [KV; DPL] = super::load_vec(k_row.add(d));
+                        let kr: [KV; DPL] = super::load_vec(row.add(lane_dim));
+                        let vr: [KV; DPL] = super::load_vec(row.add(d + lane_dim));
                         unroll::<DPL>(|k| {
                             kf[kk][k] = kr[k].widen();
                             vf[kk][k] = vr[k].widen();
@@ -221,21 +256,37 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
     });
     sync_threads();
+    merge_warps_and_store(&ptr, &p, &blk, smem, HC, stride);
+}
 
-    let total = hc * d;
+/// Final step of both attention kernels: every warp left `(m, l, acc[head_dim])` per query head
+/// of the chunk in shared memory, at `smem[(warp * rows + head) * stride]`; merge them
+/// (softmax-weighted) and write the output row, or the split's partial output and log-sum-exp.
+/// The caller synchronizes the block before.
+#[inline(always)]
+pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
+    ptr: &RpaPointers<Q, KV>,
+    p: &RpaParams,
+    blk: &Block,
+    smem: *const f32,
+    rows: usize,
+    stride: usize,
+) {
+    let d = p.head_dim as usize;
+    let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;
     while idx < total {
         let hh = idx / d;
         let dim = idx % d;
         let mut m_all = f32::NEG_INFINITY;
         for w in 0..RPA_WARPS as usize {
-            m_all = max_f32(m_all, *smem.add((w * HC + hh) * stride));
+            m_all = max_f32(m_all, *smem.add((w * rows + hh) * stride));
         }
         let mut l_all = 0.0f32;
         let mut o_all = 0.0f32;
         if m_all != f32::NEG_INFINITY {
             for w in 0..RPA_WARPS as usize {
-                let base = smem.add((w * HC + hh) * stride);
+                let base = smem.add((w * rows + hh) * stride);
                 let mw = *base;
                 if mw != f32::NEG_INFINITY {
                     let scale = exp2_approx((mw - m_all) * LOG2_E);
@@ -245,15 +296,15 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
             }
         }
         let o = if l_all > 0.0 { o_all / l_all } else { 0.0 };
-        let h = h0 as usize + hh;
+        let h = blk.h0 as usize + hh;
+        let t = blk.t as usize;
         if p.num_splits <= 1 {
-            *ptr.out.add((t as usize * p.num_q_heads as usize + h) * d + dim) = Q::from_f32(o);
+            *ptr.out.add((t * p.num_q_heads as usize + h) * d + dim) = Q::from_f32(o);
         } else {
-            let row = (split as usize * p.max_tokens as usize + t as usize) * p.num_q_heads as usize + h;
+            let row = (blk.split as usize * p.max_tokens as usize + t) * p.num_q_heads as usize + h;
             *ptr.part_o.add(row * d + dim) = o;
             if dim == 0 {
-                *ptr.part_lse.add(row) =
-                    if l_all > 0.0 { m_all + ln_approx(l_all) } else { f32::NEG_INFINITY };
+                *ptr.part_lse.add(row) = if l_all > 0.0 { m_all + ln_approx(l_all) } else { f32::NEG_INFINITY };
             }
         }
         idx += RPA_THREADS as usize;

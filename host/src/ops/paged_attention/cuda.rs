@@ -3,6 +3,7 @@
 use std::ffi::c_void;
 
 use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
+use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 
 use super::PagedAttention;
 use crate::dtype::DType;
@@ -58,9 +59,32 @@ fn dtype_tag(dtype: DType) -> &'static str {
     }
 }
 
-/// Name of the attention kernel for a problem (`rpa_<q>_<kv>_dpl<N>`), as exported by the PTX.
-pub fn kernel_name(spec: &PagedAttention) -> &'static str {
-    let name = format!("rpa_{}_{}_dpl{}", dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype), spec.dims_per_lane());
+/// Which attention kernel runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// Tensor cores where they apply (f16/bf16 q, head_dim <= 128, sm_80+), else the general kernel.
+    #[default]
+    Auto,
+    /// The general (CUDA-core) kernel: every dtype and head_dim.
+    General,
+    /// The tensor-core kernel; an error where it does not apply.
+    TensorCore,
+}
+
+/// Whether the tensor-core kernel covers `spec` on a device of compute capability `cc`.
+pub fn tensor_core_applies(spec: &PagedAttention, cc: u32) -> bool {
+    matches!(spec.q_dtype, DType::F16 | DType::BF16) && mma_supports_head_dim(spec.head_dim) && cc >= 80
+}
+
+/// Name of the attention kernel for a problem, as exported by the PTX: `rpa_mma_<q>_<kv>_d<D>`
+/// (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
+pub fn kernel_name(spec: &PagedAttention, tensor_core: bool) -> &'static str {
+    let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
+    let name = if tensor_core {
+        format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim)
+    } else {
+        format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane())
+    };
     // 27 possible names; leaking each once keeps the function cache keyed by &'static str.
     intern(name)
 }
@@ -85,6 +109,20 @@ fn intern(name: String) -> &'static str {
 /// Every pointer in `bufs` must be a device allocation in the stream's context holding the
 /// shape and dtype `spec` was validated against.
 pub unsafe fn launch_cuda(kernels: &KernelModule, stream: Stream, spec: &PagedAttention, bufs: DeviceBuffers) -> Result<()> {
+    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::Auto)
+}
+
+/// [`launch_cuda`] with an explicit kernel choice (tests and benchmarks compare both kernels).
+///
+/// # Safety
+/// As [`launch_cuda`].
+pub unsafe fn launch_cuda_with(
+    kernels: &KernelModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+    choice: KernelChoice,
+) -> Result<()> {
     for (name, p) in [("q", bufs.q), ("kv_pages", bufs.kv_pages), ("out", bufs.out as *const c_void)] {
         ensure!(aligned(p, 16), "{name} must be 16-byte aligned on the device");
     }
@@ -95,9 +133,19 @@ pub unsafe fn launch_cuda(kernels: &KernelModule, stream: Stream, spec: &PagedAt
         return Ok(());
     }
     let module = kernels.for_stream(stream)?;
+    let applies = tensor_core_applies(spec, module.compute_capability);
+    let tensor_core = match choice {
+        KernelChoice::Auto => applies,
+        KernelChoice::General => false,
+        KernelChoice::TensorCore => {
+            ensure!(applies, "the tensor-core kernel needs f16/bf16 q, head_dim <= 128 (multiple of 16) and sm_80+");
+            true
+        }
+    };
     let dpl = spec.dims_per_lane();
     let group = spec.num_q_heads / spec.num_kv_heads;
-    let chunks = group.div_ceil(HEADS_PER_BLOCK);
+    let heads_per_block = if tensor_core { MMA_HEADS_PER_BLOCK } else { HEADS_PER_BLOCK };
+    let chunks = group.div_ceil(heads_per_block);
     let grid_y = spec.num_kv_heads * chunks;
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
@@ -133,9 +181,9 @@ pub unsafe fn launch_cuda(kernels: &KernelModule, stream: Stream, spec: &PagedAt
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, grid_y, num_splits),
         block: (RPA_THREADS, 1, 1),
-        shared_bytes: rpa_shared_bytes(dpl),
+        shared_bytes: if tensor_core { mma_shared_bytes(spec.head_dim) } else { rpa_shared_bytes(dpl) },
     };
-    let launched = module.launch(stream, kernel_name(spec), cfg, &mut args.pointers());
+    let launched = module.launch(stream, kernel_name(spec, tensor_core), cfg, &mut args.pointers());
     let combined = launched.and_then(|()| {
         if num_splits <= 1 {
             return Ok(());

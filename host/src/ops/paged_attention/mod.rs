@@ -11,7 +11,7 @@ mod cpu;
 mod cuda;
 
 pub use cpu::run_cpu;
-pub use cuda::{choose_splits, launch_cuda, DeviceBuffers};
+pub use cuda::{choose_splits, launch_cuda, launch_cuda_with, tensor_core_applies, DeviceBuffers, KernelChoice};
 
 use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
 use kernels_gpu::kernels::paged_attention::dims_per_lane;

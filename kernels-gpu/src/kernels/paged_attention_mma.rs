@@ -1,0 +1,242 @@
+//! Ragged paged attention on tensor cores (`mma.sync.m16n8k16`), for f16/bf16 queries and head
+//! dims up to 128 (multiples of 16). Same contract, blocks and splits as
+//! [`super::paged_attention`], which stays the general kernel (f32 queries, head_dim > 128).
+//!
+//! Per block (query row `t`, KV head `g`, up to 16 query heads of `g`, key split): the query heads
+//! are the 16 rows of the mma tile (a GQA group of 4 fills 4 of them: tensor cores have throughput
+//! to spare, and no warp shuffle is spent on dot products). Each warp takes runs of 16 keys:
+//! `S = Q · Kᵀ` (16 heads x 16 keys, f32), online softmax on the accumulator fragments (row
+//! statistics reduced over the 4 lanes of a quad), `O += P · V` with P rounded to q's dtype (as the
+//! reference rounds probabilities to the value dtype). K and V fragments are read straight from
+//! the pages: a K fragment register is two adjacent dims of one key (4 bytes); a V fragment
+//! register is one dim of two adjacent keys. Warps merge through shared memory as in the general
+//! kernel.
+
+use crate::attention::RpaParams;
+use crate::kernel;
+use crate::math::{exp2_approx, max_f32, tanh, LOG2_E};
+use crate::mma::MmaElement;
+use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
+use crate::shared::dynamic_shared_mem;
+use crate::thread::{sync_threads, thread_idx_x};
+use crate::warp::{lane_id, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
+
+use super::paged_attention::{key_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_WARPS};
+use super::unroll;
+
+/// Query heads per block: the M of the mma tile.
+pub const MMA_HEADS_PER_BLOCK: u32 = 16;
+/// Keys per warp step: two n-tiles of 8.
+const KEYS_PER_WARP_STEP: u32 = 16;
+
+/// Whether the tensor-core kernel covers a problem (q f16/bf16 is checked by the caller).
+pub const fn mma_supports_head_dim(head_dim: u32) -> bool {
+    head_dim % 16 == 0 && head_dim >= 16 && head_dim <= 128
+}
+
+/// Dynamic shared memory of the tensor-core kernel, in bytes.
+pub const fn mma_shared_bytes(head_dim: u32) -> u32 {
+    RPA_WARPS * MMA_HEADS_PER_BLOCK * (2 + head_dim) * 4
+}
+
+/// Two adjacent elements `dim, dim + 1` of a K row as a packed pair of `Q`, scaled and rounded to
+/// q's dtype when the call has scales (the contract's cast).
+#[inline(always)]
+unsafe fn k_pair<Q: MmaElement, KV: KvElement>(row: *const KV, dim: usize, p: &RpaParams) -> u32 {
+    if core::mem::size_of::<KV>() == 2 && p.kv_scaled == 0 {
+        // KV is q's own type (the host allows only that or fp8): the bits are the packed pair.
+        return *(row.add(dim) as *const u32);
+    }
+    let scale = if p.kv_scaled != 0 { p.k_scale } else { 1.0 };
+    Q::pack2((*row.add(dim)).widen() * scale, (*row.add(dim + 1)).widen() * scale)
+}
+
+/// One V element as f32, scaled when the call has scales (rounded to q's dtype by the packing).
+#[inline(always)]
+unsafe fn v_elem<KV: KvElement>(row: Option<*const KV>, dim: usize, p: &RpaParams) -> f32 {
+    match row {
+        Some(r) => {
+            let v = (*r.add(dim)).widen();
+            if p.kv_scaled != 0 {
+                v * p.v_scale
+            } else {
+                v
+            }
+        }
+        None => 0.0,
+    }
+}
+
+#[inline(always)]
+fn quad_max(v: f32) -> f32 {
+    let v = max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 1, WARP_SIZE).0);
+    max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 2, WARP_SIZE).0)
+}
+
+#[inline(always)]
+fn quad_sum(v: f32) -> f32 {
+    let v = v + warp_shuffle_xor_f32(FULL_MASK, v, 1, WARP_SIZE).0;
+    v + warp_shuffle_xor_f32(FULL_MASK, v, 2, WARP_SIZE).0
+}
+
+#[inline(always)]
+unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILES: usize>(
+    ptr: RpaPointers<Q, KV>,
+    p: RpaParams,
+) {
+    let lane = lane_id() as usize;
+    let warp = thread_idx_x() / WARP_SIZE;
+    let (gq, cq) = (lane / 4, lane % 4);
+    let d = p.head_dim as usize;
+    let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
+    let hc = blk.hc;
+
+    // Q as the A operand: rows are the chunk's query heads (rows >= hc stay zero).
+    let mut qa = [[0u32; 4]; KSTEPS];
+    let q_row = |r: usize| ptr.q.add((blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + r) * d);
+    unroll::<KSTEPS>(|k| {
+        let col = k * 16 + 2 * cq;
+        if gq < hc {
+            qa[k][0] = *(q_row(gq).add(col) as *const u32);
+            qa[k][2] = *(q_row(gq).add(col + 8) as *const u32);
+        }
+        if gq + 8 < hc {
+            qa[k][1] = *(q_row(gq + 8).add(col) as *const u32);
+            qa[k][3] = *(q_row(gq + 8).add(col + 8) as *const u32);
+        }
+    });
+
+    let mut o = [[0.0f32; 4]; NTILES];
+    // Running max and (this lane's share of the) sum for rows gq and gq + 8.
+    let mut m = [f32::NEG_INFINITY; 2];
+    let mut l = [0.0f32; 2];
+    let key_ok = |j: u32| j < blk.split_hi && key_row(ptr.kv, &blk, &p, j).is_some();
+
+    let mut base = blk.split_lo + warp * KEYS_PER_WARP_STEP;
+    while base < blk.split_hi {
+        // S = Q Kᵀ for keys base + [0, 16): this lane loads key base + nt*8 + gq.
+        let mut s = [[0.0f32; 4]; 2];
+        unroll::<2>(|nt| {
+            let j = base + (nt * 8 + gq) as u32;
+            let row = if j < blk.split_hi { key_row(ptr.kv, &blk, &p, j) } else { None };
+            unroll::<KSTEPS>(|k| {
+                let b = match row {
+                    Some(r) => [k_pair::<Q, KV>(r, k * 16 + 2 * cq, &p), k_pair::<Q, KV>(r, k * 16 + 8 + 2 * cq, &p)],
+                    None => [0, 0],
+                };
+                s[nt] = Q::mma(qa[k], b, s[nt]);
+            });
+        });
+
+        // Logits: scale, soft cap, mask; absent keys (past the split, invalid page) are -inf.
+        // Element e of n-tile nt is row gq + 8*(e/2), key base + nt*8 + 2*cq + e%2.
+        unroll::<2>(|nt| {
+            unroll::<4>(|e| {
+                let j = base + (nt * 8 + 2 * cq + (e & 1)) as u32;
+                let mut x = s[nt][e] * p.sm_scale;
+                if p.soft_cap != 0.0 {
+                    x = p.soft_cap * tanh(x / p.soft_cap);
+                }
+                if p.include_masked != 0 && !blk.window.visible(j) {
+                    x += p.mask_value;
+                }
+                s[nt][e] = if key_ok(j) { x } else { f32::NEG_INFINITY };
+            })
+        });
+
+        // Online softmax per row; P packed as the A operand of P·V.
+        let mut pa = [0u32; 4];
+        unroll::<2>(|ri| {
+            let local = max_f32(max_f32(s[0][2 * ri], s[0][2 * ri + 1]), max_f32(s[1][2 * ri], s[1][2 * ri + 1]));
+            let m_new = max_f32(m[ri], quad_max(local));
+            // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
+            let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+            let corr = exp2_approx((m[ri] - m_ref) * LOG2_E);
+            m[ri] = m_new;
+            l[ri] *= corr;
+            unroll::<NTILES>(|nt| {
+                o[nt][2 * ri] *= corr;
+                o[nt][2 * ri + 1] *= corr;
+            });
+            let mut w = [[0.0f32; 2]; 2];
+            unroll::<2>(|nt| {
+                unroll::<2>(|c| {
+                    w[nt][c] = exp2_approx((s[nt][2 * ri + c] - m_ref) * LOG2_E);
+                    l[ri] += w[nt][c];
+                })
+            });
+            pa[ri] = Q::pack2(w[0][0], w[0][1]);
+            pa[2 + ri] = Q::pack2(w[1][0], w[1][1]);
+        });
+
+        // O += P V: this lane reads dims nt*8 + gq of keys base + 2cq + {0, 1, 8, 9}.
+        let mut v_rows: [Option<*const KV>; 4] = [None; 4];
+        unroll::<4>(|i| {
+            let j = base + 2 * cq as u32 + [0, 1, 8, 9][i];
+            if j < blk.split_hi {
+                v_rows[i] = key_row(ptr.kv, &blk, &p, j).map(|r| r.add(d));
+            }
+        });
+        unroll::<NTILES>(|nt| {
+            let dim = nt * 8 + gq;
+            let b = [
+                Q::pack2(v_elem(v_rows[0], dim, &p), v_elem(v_rows[1], dim, &p)),
+                Q::pack2(v_elem(v_rows[2], dim, &p), v_elem(v_rows[3], dim, &p)),
+            ];
+            o[nt] = Q::mma(pa, b, o[nt]);
+        });
+        base += RPA_WARPS * KEYS_PER_WARP_STEP;
+    }
+
+    // Hand (m, l, O) of rows gq and gq + 8 to the shared merge: layout [warp][row][2 + d].
+    let stride = 2 + d;
+    let smem = dynamic_shared_mem::<f32>();
+    unroll::<2>(|ri| {
+        let sum = quad_sum(l[ri]);
+        let row = smem.add((warp as usize * MMA_HEADS_PER_BLOCK as usize + gq + 8 * ri) * stride);
+        if cq == 0 {
+            *row = m[ri];
+            *row.add(1) = sum;
+        }
+        unroll::<NTILES>(|nt| {
+            let dim = nt * 8 + 2 * cq;
+            *row.add(2 + dim) = o[nt][2 * ri];
+            *row.add(3 + dim) = o[nt][2 * ri + 1];
+        });
+    });
+    sync_threads();
+    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, stride);
+}
+
+/// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.
+macro_rules! rpa_mma_kernels {
+    ($( $name:ident: $q:ty, $kv:ty, $d:literal; )*) => {$(
+        #[kernel]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name(
+            q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
+            cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
+            part_lse: *mut f32, params: RpaParams,
+        ) {
+            rpa_mma::<$q, $kv, { $d / 16 }, { $d / 8 }>(
+                RpaPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse },
+                params,
+            )
+        }
+    )*};
+}
+
+macro_rules! rpa_mma_dims {
+    ($( $q:ty, $kv:ty => $($name:ident $d:literal),* ; )*) => {
+        rpa_mma_kernels! { $( $( $name: $q, $kv, $d; )* )* }
+    };
+}
+
+rpa_mma_dims! {
+    f16, f16 => rpa_mma_f16_f16_d64 64, rpa_mma_f16_f16_d80 80, rpa_mma_f16_f16_d96 96, rpa_mma_f16_f16_d112 112, rpa_mma_f16_f16_d128 128;
+    f16, F8E4M3 => rpa_mma_f16_e4m3_d64 64, rpa_mma_f16_e4m3_d80 80, rpa_mma_f16_e4m3_d96 96, rpa_mma_f16_e4m3_d112 112, rpa_mma_f16_e4m3_d128 128;
+    f16, F8E5M2 => rpa_mma_f16_e5m2_d64 64, rpa_mma_f16_e5m2_d80 80, rpa_mma_f16_e5m2_d96 96, rpa_mma_f16_e5m2_d112 112, rpa_mma_f16_e5m2_d128 128;
+    Bf16, Bf16 => rpa_mma_bf16_bf16_d64 64, rpa_mma_bf16_bf16_d80 80, rpa_mma_bf16_bf16_d96 96, rpa_mma_bf16_bf16_d112 112, rpa_mma_bf16_bf16_d128 128;
+    Bf16, F8E4M3 => rpa_mma_bf16_e4m3_d64 64, rpa_mma_bf16_e4m3_d80 80, rpa_mma_bf16_e4m3_d96 96, rpa_mma_bf16_e4m3_d112 112, rpa_mma_bf16_e4m3_d128 128;
+    Bf16, F8E5M2 => rpa_mma_bf16_e5m2_d64 64, rpa_mma_bf16_e5m2_d80 80, rpa_mma_bf16_e5m2_d96 96, rpa_mma_bf16_e5m2_d112 112, rpa_mma_bf16_e5m2_d128 128;
+}
