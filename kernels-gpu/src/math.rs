@@ -23,7 +23,7 @@ pub fn exp2_approx(x: f32) -> f32 {
     {
         let y: f32;
         // SAFETY: pure arithmetic instruction.
-        unsafe { core::arch::asm!("ex2.approx.ftz.f32 {}, {};", out(reg32) y, in(reg32) x) };
+        unsafe { core::arch::asm!("ex2.approx.ftz.f32 {}, {};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack)) };
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -46,7 +46,7 @@ pub fn ln_approx(x: f32) -> f32 {
     {
         let y: f32;
         // SAFETY: pure arithmetic instruction.
-        unsafe { core::arch::asm!("lg2.approx.f32 {}, {};", out(reg32) y, in(reg32) x) };
+        unsafe { core::arch::asm!("lg2.approx.f32 {}, {};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack)) };
         y * core::f32::consts::LN_2
     }
     #[cfg(not(target_arch = "nvptx64"))]

@@ -25,7 +25,7 @@ macro_rules! mma_impl {
                 {
                     let r: u32;
                     // SAFETY: pure conversion; the first source goes to the upper half.
-                    unsafe { core::arch::asm!(concat!($cvt, " {}, {}, {};"), out(reg32) r, in(reg32) hi, in(reg32) lo) };
+                    unsafe { core::arch::asm!(concat!($cvt, " {}, {}, {};"), out(reg32) r, in(reg32) hi, in(reg32) lo, options(pure, nomem, nostack)) };
                     r
                 }
                 #[cfg(not(target_arch = "nvptx64"))]
@@ -49,6 +49,9 @@ macro_rules! mma_impl {
                             in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
                             in(reg32) b[0], in(reg32) b[1],
                             in(reg32) c[0], in(reg32) c[1], in(reg32) c[2], in(reg32) c[3],
+                            // No memory access, so loads may be scheduled across it; not `pure`:
+                            // a warp-collective must not be speculated or merged.
+                            options(nomem, nostack),
                         )
                     };
                     d = [d0, d1, d2, d3];

@@ -13,7 +13,7 @@ pub fn lane_id() -> u32 {
     {
         let lane: u32;
         // SAFETY: reads a special register.
-        unsafe { core::arch::asm!("mov.u32 {}, %laneid;", out(reg32) lane) };
+        unsafe { core::arch::asm!("mov.u32 {}, %laneid;", out(reg32) lane, options(pure, nomem, nostack)) };
         lane
     }
     #[cfg(not(target_arch = "nvptx64"))]
@@ -38,6 +38,8 @@ pub fn warp_shuffle_xor_f32(mask: u32, value: f32, lane_mask: u32, width: u32) -
                 "{{ .reg .pred p; shfl.sync.bfly.b32 {out}|p, {v}, {lm}, {c}, {m}; selp.u32 {ok}, 1, 0, p; }}",
                 out = out(reg32) out, ok = out(reg32) valid,
                 v = in(reg32) value, lm = in(reg32) lane_mask, c = in(reg32) c, m = in(reg32) mask,
+                // Not `pure`: a warp-collective must not be speculated or merged.
+                options(nomem, nostack),
             )
         };
         (out, valid != 0)
