@@ -11,8 +11,7 @@ use std::sync::Arc;
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
-use xla_gpu_kernels::host::dtype::TensorRef;
-use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, run_cpu, tensor_core_applies, DeviceBuffers, KernelChoice, PagedAttention};
+use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, run_cpu, tensor_core_applies, DeviceBuffers, KernelChoice};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -65,21 +64,11 @@ fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
     }
 }
 
-fn spec(case: &Case) -> PagedAttention {
-    let null = std::ptr::null_mut();
-    let (qd, kvd) = (case.q_dims(), case.kv_dims());
-    let seqs = [case.max_num_seqs as i64];
-    let table = [case.max_num_seqs as i64, case.pages_per_seq as i64];
-    let cu = [case.max_num_seqs as i64 + 1];
-    let t = |dtype, dims| TensorRef { data: null, dtype, dims };
-    PagedAttention::from_tensors(&t(case.q_dtype, &qd), &t(case.kv_dtype, &kvd), &t(DType::S32, &seqs), &t(DType::S32, &table), &t(DType::S32, &cu), &t(DType::S32, &[1]), &t(case.q_dtype, &qd), case.attributes()).unwrap()
-}
-
 /// The kernels that apply to a case: always the general one, and the tensor-core one where it
 /// applies (every device these tests run on is sm_80+).
 fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     let mut k = vec![KernelChoice::General];
-    if tensor_core_applies(&spec(case), 90) {
+    if tensor_core_applies(&case.spec(), 90) {
         k.push(KernelChoice::TensorCore);
     }
     k
@@ -103,14 +92,14 @@ fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u
         num_seqs: ns.ptr(stream),
         out: out.ptr(stream),
     };
-    unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec(case), bufs, kernel) }.unwrap();
+    unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &case.spec(), bufs, kernel) }.unwrap();
     stream.synchronize().unwrap();
     stream.clone_dtoh(&out.buf).unwrap()
 }
 
 fn run_host(case: &Case) -> Vec<u8> {
     let mut out = vec![0u8; case.out_bytes()];
-    run_cpu(&spec(case), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
+    run_cpu(&case.spec(), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
     out
 }
 

@@ -5,33 +5,12 @@ mod common;
 
 use common::*;
 use rand::prelude::*;
-use xla_gpu_kernels::host::dtype::TensorRef;
-use xla_gpu_kernels::host::ops::paged_attention::{run_cpu, PagedAttention};
+use xla_gpu_kernels::host::ops::paged_attention::run_cpu;
 use xla_gpu_kernels::host::DType;
-
-fn spec(case: &Case) -> PagedAttention {
-    let null = std::ptr::null_mut();
-    let (qd, kvd) = (case.q_dims(), case.kv_dims());
-    let seqs = [case.max_num_seqs as i64];
-    let table = [case.max_num_seqs as i64, case.pages_per_seq as i64];
-    let cu = [case.max_num_seqs as i64 + 1];
-    let t = |dtype, dims| TensorRef { data: null, dtype, dims };
-    PagedAttention::from_tensors(
-        &t(case.q_dtype, &qd),
-        &t(case.kv_dtype, &kvd),
-        &t(DType::S32, &seqs),
-        &t(DType::S32, &table),
-        &t(DType::S32, &cu),
-        &t(DType::S32, &[1]),
-        &t(case.q_dtype, &qd),
-        case.attributes(),
-    )
-    .unwrap()
-}
 
 fn run(case: &Case) -> Vec<u8> {
     let mut out = vec![0xABu8; case.out_bytes()]; // poisoned
-    run_cpu(&spec(case), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
+    run_cpu(&case.spec(), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
     out
 }
 

@@ -75,7 +75,11 @@ impl KernelModule {
     }
 
     /// The module loaded in the context that owns `stream`, loading it on first use.
-    pub fn for_stream(&self, stream: CUstream) -> Result<Arc<ContextModule>> {
+    ///
+    /// # Safety
+    /// `stream` must be a live CUDA stream (or null, the legacy default stream of the current
+    /// context): the driver dereferences it.
+    pub unsafe fn for_stream(&self, stream: CUstream) -> Result<Arc<ContextModule>> {
         ensure_driver()?;
         let context = stream_context(stream)?;
         let mut id = 0u64;
@@ -153,7 +157,11 @@ impl ContextModule {
 
     /// Stream-ordered scratch memory (`cuMemAllocAsync`), freed by [`Scratch::free`] on the same
     /// stream after the kernels that use it.
-    pub fn alloc_scratch(&self, stream: CUstream, bytes: usize) -> Result<Scratch> {
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this module's context, and stay alive until the
+    /// [`Scratch`] is freed.
+    pub unsafe fn alloc_scratch(&self, stream: CUstream, bytes: usize) -> Result<Scratch> {
         let _guard = ContextGuard::push(self.context)?;
         // SAFETY: the memory is only used by kernels enqueued on `stream` before `free`.
         let ptr = unsafe { cu::malloc_async(stream, bytes.max(1)) }.map_err(|e| Error::cuda("cuMemAllocAsync", e))?;
@@ -191,9 +199,12 @@ pub struct LaunchConfig {
 }
 
 /// The context that owns `stream` (the current context for the legacy NULL stream).
-fn stream_context(stream: CUstream) -> Result<CUcontext> {
+///
+/// # Safety
+/// As [`KernelModule::for_stream`].
+unsafe fn stream_context(stream: CUstream) -> Result<CUcontext> {
     let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: out-pointer to a local.
+    // SAFETY: out-pointer to a local; the stream is live (caller's contract).
     unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }.result().map_err(|e| Error::cuda("cuStreamGetCtx", e))?;
     if ctx.is_null() {
         return Err(Error::invalid("the stream has no CUDA context"));

@@ -5,6 +5,8 @@
 
 use half::{bf16, f16};
 use rand::prelude::*;
+use xla_gpu_kernels::host::dtype::TensorRef;
+use xla_gpu_kernels::host::ops::paged_attention::PagedAttention;
 use xla_gpu_kernels::host::DType;
 
 /// Decodes fp8 by its definition (sign, biased exponent, mantissa), independently of the library.
@@ -191,6 +193,27 @@ impl Case {
             k_scale: self.k_scale,
             v_scale: self.v_scale,
         }
+    }
+
+    /// The validated op for this case's shapes and attributes.
+    pub fn spec(&self) -> PagedAttention {
+        let null = std::ptr::null_mut();
+        let (qd, kvd) = (self.q_dims(), self.kv_dims());
+        let seqs = [self.max_num_seqs as i64];
+        let table = [self.max_num_seqs as i64, self.pages_per_seq as i64];
+        let cu = [self.max_num_seqs as i64 + 1];
+        let t = |dtype, dims| TensorRef { data: null, dtype, dims };
+        PagedAttention::from_tensors(
+            &t(self.q_dtype, &qd),
+            &t(self.kv_dtype, &kvd),
+            &t(DType::S32, &seqs),
+            &t(DType::S32, &table),
+            &t(DType::S32, &cu),
+            &t(DType::S32, &[1]),
+            &t(self.q_dtype, &qd),
+            self.attributes(),
+        )
+        .unwrap()
     }
 
     /// Valid rows (`cu_q_lens[num_seqs]`).

@@ -5,23 +5,22 @@ pub mod paged_attention;
 pub mod paged_attention_mma;
 pub mod simple_add;
 
-/// Loads `N` consecutive elements with the widest aligned vector loads their byte size allows
-/// (16, 8, 4 or 2 bytes per load).
-///
-/// # Safety
-/// `src` must be valid for reading `N` elements and aligned to `min(16, N * size_of::<T>())`.
+/// Copies `bytes` bytes in the widest chunks their count allows (16, 8, 4, 2 or 1 bytes); the
+/// global-memory side (`src` when `GLOBAL_IS_SRC`, else `dst`) is accessed aligned, the other side
+/// (a local array, kept in registers) unaligned.
 #[inline(always)]
-pub(crate) unsafe fn load_vec<T: Copy, const N: usize>(src: *const T) -> [T; N] {
-    let bytes = N * core::mem::size_of::<T>();
-    let mut out = core::mem::MaybeUninit::<[T; N]>::uninit();
-    let dst = out.as_mut_ptr() as *mut u8;
+unsafe fn copy_widest<const GLOBAL_IS_SRC: bool>(src: *const u8, dst: *mut u8, bytes: usize) {
     macro_rules! copy_as {
         ($w:ty) => {{
             let w = core::mem::size_of::<$w>();
             let mut i = 0;
             while i < bytes / w {
-                let v = core::ptr::read((src as *const $w).add(i));
-                core::ptr::write_unaligned((dst as *mut $w).add(i), v);
+                let (s, d) = ((src as *const $w).add(i), (dst as *mut $w).add(i));
+                if GLOBAL_IS_SRC {
+                    core::ptr::write_unaligned(d, core::ptr::read(s));
+                } else {
+                    core::ptr::write(d, core::ptr::read_unaligned(s));
+                }
                 i += 1;
             }
         }};
@@ -37,6 +36,16 @@ pub(crate) unsafe fn load_vec<T: Copy, const N: usize>(src: *const T) -> [T; N] 
     } else {
         copy_as!(u8)
     }
+}
+
+/// Loads `N` consecutive elements with the widest aligned vector loads their byte size allows.
+///
+/// # Safety
+/// `src` must be valid for reading `N` elements and aligned to `min(16, N * size_of::<T>())`.
+#[inline(always)]
+pub(crate) unsafe fn load_vec<T: Copy, const N: usize>(src: *const T) -> [T; N] {
+    let mut out = core::mem::MaybeUninit::<[T; N]>::uninit();
+    copy_widest::<true>(src as *const u8, out.as_mut_ptr() as *mut u8, N * core::mem::size_of::<T>());
     out.assume_init()
 }
 
@@ -46,30 +55,7 @@ pub(crate) unsafe fn load_vec<T: Copy, const N: usize>(src: *const T) -> [T; N] 
 /// `dst` must be valid for writing `N` elements and aligned like [`load_vec`]'s `src`.
 #[inline(always)]
 pub(crate) unsafe fn store_vec<T: Copy, const N: usize>(dst: *mut T, value: [T; N]) {
-    let bytes = N * core::mem::size_of::<T>();
-    let src = &value as *const [T; N] as *const u8;
-    macro_rules! copy_as {
-        ($w:ty) => {{
-            let w = core::mem::size_of::<$w>();
-            let mut i = 0;
-            while i < bytes / w {
-                let v = core::ptr::read_unaligned((src as *const $w).add(i));
-                core::ptr::write((dst as *mut $w).add(i), v);
-                i += 1;
-            }
-        }};
-    }
-    if bytes % 16 == 0 {
-        copy_as!(u128)
-    } else if bytes % 8 == 0 {
-        copy_as!(u64)
-    } else if bytes % 4 == 0 {
-        copy_as!(u32)
-    } else if bytes % 2 == 0 {
-        copy_as!(u16)
-    } else {
-        copy_as!(u8)
-    }
+    copy_widest::<false>(&value as *const [T; N] as *const u8, dst as *mut u8, N * core::mem::size_of::<T>());
 }
 
 /// Calls `f(0), f(1), ..., f(N-1)` with literal indices (N <= 16).

@@ -344,23 +344,42 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
     }
 }
 
-/// Declares one attention kernel per (q dtype, KV dtype, dims per lane) and one combine kernel per
-/// q dtype. Kernel names: `rpa_<q>_<kv>_dpl<N>`, `rpa_combine_<q>`.
-macro_rules! rpa_kernels {
-    ($( $name:ident: $q:ty, $kv:ty, $dpl:literal; )*) => {$(
-        #[kernel]
+/// Declares attention kernels: `name: q type, KV type => inner_function[const arguments after
+/// the two types]`. Every attention kernel has this parameter list (the host pushes it in this order).
+macro_rules! attention_kernels {
+    ($( $name:ident: $q:ty, $kv:ty => $inner:ident[$($arg:expr),*]; )*) => {$(
+        /// One attention kernel (see the module docs); launched by the host's `launch_cuda`.
+        ///
+        /// # Safety
+        /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)`, 128 threads, the shared
+        /// memory the host computes; every pointer a device buffer of the shape `params` describes
+        /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1). Metadata values may be
+        /// anything: they never lead outside the buffers.
+        #[$crate::kernel]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
             q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
             cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
-            part_lse: *mut f32, params: RpaParams,
+            part_lse: *mut f32, params: $crate::attention::RpaParams,
         ) {
-            rpa_partial::<$q, $kv, $dpl, { HEADS_PER_BLOCK as usize }, { keys_per_warp_step($dpl) as usize }>(
-                RpaPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse },
+            $inner::<$q, $kv, $({ $arg }),*>(
+                $crate::kernels::paged_attention::RpaPointers {
+                    q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse,
+                },
                 params,
             )
         }
     )*};
+}
+pub(crate) use attention_kernels;
+
+/// One general kernel per (q dtype, KV dtype, dims per lane): `rpa_<q>_<kv>_dpl<N>`.
+macro_rules! rpa_kernels {
+    ($( $name:ident: $q:ty, $kv:ty, $dpl:literal; )*) => {
+        attention_kernels! { $(
+            $name: $q, $kv => rpa_partial[$dpl, HEADS_PER_BLOCK as usize, keys_per_warp_step($dpl) as usize];
+        )* }
+    };
 }
 
 rpa_kernels! {
@@ -393,16 +412,31 @@ rpa_kernels! {
     rpa_bf16_e5m2_dpl8: Bf16, F8E5M2, 8;
 }
 
+/// Merges split partials into the output (see `rpa_combine`).
+///
+/// # Safety
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
 #[kernel]
 pub unsafe fn rpa_combine_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
     rpa_combine::<f32>(part_o, part_lse, out, params)
 }
 
+/// Merges split partials into the output (see `rpa_combine`).
+///
+/// # Safety
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
 #[kernel]
 pub unsafe fn rpa_combine_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
     rpa_combine::<f16>(part_o, part_lse, out, params)
 }
 
+/// Merges split partials into the output (see `rpa_combine`).
+///
+/// # Safety
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
 #[kernel]
 pub unsafe fn rpa_combine_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
     rpa_combine::<Bf16>(part_o, part_lse, out, params)

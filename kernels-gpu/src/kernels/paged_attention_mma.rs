@@ -13,7 +13,6 @@
 //! kernel.
 
 use crate::attention::RpaParams;
-use crate::kernel;
 use crate::math::{exp2_approx, max_f32, tanh, LOG2_E};
 use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
@@ -21,7 +20,7 @@ use crate::shared::dynamic_shared_mem;
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 
-use super::paged_attention::{key_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_WARPS};
+use super::paged_attention::{attention_kernels, key_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_WARPS};
 use super::unroll;
 
 /// Query heads per block: the M of the mma tile.
@@ -210,20 +209,9 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
 
 /// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.
 macro_rules! rpa_mma_kernels {
-    ($( $name:ident: $q:ty, $kv:ty, $d:literal; )*) => {$(
-        #[kernel]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe fn $name(
-            q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
-            cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
-            part_lse: *mut f32, params: RpaParams,
-        ) {
-            rpa_mma::<$q, $kv, { $d / 16 }, { $d / 8 }>(
-                RpaPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse },
-                params,
-            )
-        }
-    )*};
+    ($( $name:ident: $q:ty, $kv:ty, $d:literal; )*) => {
+        attention_kernels! { $( $name: $q, $kv => rpa_mma[$d / 16, $d / 8]; )* }
+    };
 }
 
 macro_rules! rpa_mma_dims {

@@ -43,16 +43,31 @@ pub const fn vector_width(elem_bytes: usize) -> usize {
     16 / elem_bytes
 }
 
+/// `out = a + b` over `n` elements, launched with a 1-D grid of any size (grid-stride loop).
+///
+/// # Safety
+/// `a`, `b` and `out` must be device pointers valid for `n` elements, and 16-byte aligned when
+/// `vector_ok != 0`.
 #[kernel]
 pub unsafe fn simple_add_f32(a: *const f32, b: *const f32, out: *mut f32, n: u64, vector_ok: u32) {
     simple_add::<f32, 4>(a, b, out, n, vector_ok)
 }
 
+/// `out = a + b` over `n` elements, launched with a 1-D grid of any size (grid-stride loop).
+///
+/// # Safety
+/// `a`, `b` and `out` must be device pointers valid for `n` elements, and 16-byte aligned when
+/// `vector_ok != 0`.
 #[kernel]
 pub unsafe fn simple_add_f16(a: *const f16, b: *const f16, out: *mut f16, n: u64, vector_ok: u32) {
     simple_add::<f16, 8>(a, b, out, n, vector_ok)
 }
 
+/// `out = a + b` over `n` elements, launched with a 1-D grid of any size (grid-stride loop).
+///
+/// # Safety
+/// `a`, `b` and `out` must be device pointers valid for `n` elements, and 16-byte aligned when
+/// `vector_ok != 0`.
 #[kernel]
 pub unsafe fn simple_add_bf16(a: *const Bf16, b: *const Bf16, out: *mut Bf16, n: u64, vector_ok: u32) {
     simple_add::<Bf16, 8>(a, b, out, n, vector_ok)
