@@ -169,11 +169,7 @@ fn link_ptx(args: &[String]) -> Result<(), String> {
     let export_list = work.join("exports.txt");
     fs::write(&export_list, exports.join("\n")).map_err(|e| e.to_string())?;
 
-    run(Command::new(llvm_bin.join("llvm-link"))
-        .arg("--ignore-non-bitcode")
-        .args(&inputs)
-        .arg("-o")
-        .arg(&linked))?;
+    run(Command::new(llvm_bin.join("llvm-link")).arg("--ignore-non-bitcode").args(&inputs).arg("-o").arg(&linked))?;
     run(Command::new(llvm_bin.join("opt"))
         .arg(&linked)
         .arg(format!("--internalize-public-api-file={}", export_list.display()))

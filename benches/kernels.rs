@@ -15,7 +15,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::dtype::TensorRef;
-use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, run_cpu, Attributes, DeviceBuffers, KernelChoice, PagedAttention};
+use xla_gpu_kernels::host::ops::paged_attention::{
+    launch_cuda_with, run_cpu, Attributes, DeviceBuffers, KernelChoice, PagedAttention,
+};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -62,7 +64,17 @@ fn spec(tokens: usize, seqs: usize, pages_per_seq: usize, total_pages: usize) ->
     let (s, table, cu) = ([seqs as i64], [seqs as i64, pages_per_seq as i64], [seqs as i64 + 1]);
     let t = |dtype, dims| TensorRef { data: null, dtype, dims };
     let attrs = Attributes { sm_scale: (DIM as f32).powf(-0.5), ..Default::default() };
-    PagedAttention::from_tensors(&t(DType::BF16, &q), &t(DType::BF16, &kv), &t(DType::S32, &s), &t(DType::S32, &table), &t(DType::S32, &cu), &t(DType::S32, &[1]), &t(DType::BF16, &q), attrs).unwrap()
+    PagedAttention::from_tensors(
+        &t(DType::BF16, &q),
+        &t(DType::BF16, &kv),
+        &t(DType::S32, &s),
+        &t(DType::S32, &table),
+        &t(DType::S32, &cu),
+        &t(DType::S32, &[1]),
+        &t(DType::BF16, &q),
+        attrs,
+    )
+    .unwrap()
 }
 
 /// A ragged batch: (q_len, kv_len) per sequence, vLLM-style name.
@@ -95,7 +107,9 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
     let mut dst: CudaSlice<u8> = stream.alloc_zeros(bytes).unwrap();
     let mut g = c.benchmark_group("copy");
     g.throughput(Throughput::Bytes(2 * bytes as u64));
-    g.bench_function("dtod_1GiB", |b| b.iter_custom(|iters| time_gpu(stream, iters, || stream.memcpy_dtod(&src, &mut dst).unwrap())));
+    g.bench_function("dtod_1GiB", |b| {
+        b.iter_custom(|iters| time_gpu(stream, iters, || stream.memcpy_dtod(&src, &mut dst).unwrap()))
+    });
     g.finish();
     drop((src, dst));
 
@@ -103,14 +117,27 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
     let n = 1usize << 26;
     for dtype in [DType::F32, DType::BF16] {
         let elem = dtype.size_bytes().unwrap();
-        let mut input = || -> CudaSlice<u8> { stream.clone_htod(&(0..n * elem).map(|_| rng.gen::<u8>() & 0x3f).collect::<Vec<_>>()).unwrap() };
+        let mut input = || -> CudaSlice<u8> {
+            stream.clone_htod(&(0..n * elem).map(|_| rng.gen::<u8>() & 0x3f).collect::<Vec<_>>()).unwrap()
+        };
         let (a, b_in) = (input(), input());
         let out: CudaSlice<u8> = stream.alloc_zeros(n * elem).unwrap();
         let op = SimpleAdd { dtype, len: n };
         g.throughput(Throughput::Bytes(3 * (n * elem) as u64));
         g.bench_function(BenchmarkId::new(dtype.name(), n), |b| {
             b.iter_custom(|iters| {
-                time_gpu(stream, iters, || unsafe { op.launch_cuda(&KERNELS, stream.cu_stream(), dptr(&a, stream), dptr(&b_in, stream), dptr(&out, stream)) }.unwrap())
+                time_gpu(stream, iters, || {
+                    unsafe {
+                        op.launch_cuda(
+                            &KERNELS,
+                            stream.cu_stream(),
+                            dptr(&a, stream),
+                            dptr(&b_in, stream),
+                            dptr(&out, stream),
+                        )
+                    }
+                    .unwrap()
+                })
             })
         });
     }
@@ -163,7 +190,11 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
         g.throughput(Throughput::Bytes((kv_bytes + 2 * tokens * HEADS * DIM * 2) as u64));
         for (label, kernel) in [("tensor_core", KernelChoice::TensorCore), ("general", KernelChoice::General)] {
             g.bench_function(BenchmarkId::new(label, batch.name), |b| {
-                b.iter_custom(|iters| time_gpu(stream, iters, || unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &op, bufs, kernel) }.unwrap()))
+                b.iter_custom(|iters| {
+                    time_gpu(stream, iters, || {
+                        unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &op, bufs, kernel) }.unwrap()
+                    })
+                })
             });
         }
     }
@@ -182,7 +213,8 @@ fn bench_cpu(c: &mut Criterion) {
     let (seqs, ctx) = (4, 512);
     let pages_per_seq = ctx / PAGE;
     let total_pages = seqs * pages_per_seq;
-    let kv: Vec<u8> = random_bf16(&mut rng, total_pages * PAGE * 2 * KV_HEADS * DIM).iter().flat_map(|x| x.to_le_bytes()).collect();
+    let kv: Vec<u8> =
+        random_bf16(&mut rng, total_pages * PAGE * 2 * KV_HEADS * DIM).iter().flat_map(|x| x.to_le_bytes()).collect();
     let q: Vec<u8> = random_bf16(&mut rng, seqs * HEADS * DIM).iter().flat_map(|x| x.to_le_bytes()).collect();
     let table: Vec<i32> = (0..total_pages as i32).collect();
     let kv_lens = vec![ctx as i32; seqs];

@@ -16,11 +16,11 @@
 
 use std::ffi::{c_char, c_void};
 
-pub use xla_gpu_kernels_host as host;
 use host::capi::{XgkPagedAttentionAttrs, XgkTensor};
 use host::runtime::KernelModule;
 use host::xla::ffi::{CallFrame, FfiError};
 use host::xla::handlers;
+pub use xla_gpu_kernels_host as host;
 
 /// The kernels' PTX, NUL-terminated (built by `build.rs` from `kernels-gpu`).
 pub static PTX: &str = concat!(include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx")), "\0");
@@ -34,7 +34,8 @@ pub static KERNELS: KernelModule = KernelModule::new(PTX);
 /// Library version and PTX target, e.g. `xla-gpu-kernels 0.1.0 (ptx sm_80)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xgk_version() -> *const c_char {
-    concat!("xla-gpu-kernels ", env!("CARGO_PKG_VERSION"), " (ptx ", env!("XGK_PTX_ARCH"), ")\0").as_ptr() as *const c_char
+    concat!("xla-gpu-kernels ", env!("CARGO_PKG_VERSION"), " (ptx ", env!("XGK_PTX_ARCH"), ")\0").as_ptr()
+        as *const c_char
 }
 
 /// Typed FFI handler: `xla_gpu_simple_add` on CUDA.
@@ -80,7 +81,12 @@ pub unsafe extern "C" fn xla_gpu_paged_attention_host(frame: *mut CallFrame) -> 
 /// # Safety
 /// Called by XLA with a stream, the buffer table and the opaque.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn XlaGpuSimpleAdd(stream: *mut c_void, buffers: *mut *mut c_void, opaque: *const c_char, opaque_len: usize) {
+pub unsafe extern "C" fn XlaGpuSimpleAdd(
+    stream: *mut c_void,
+    buffers: *mut *mut c_void,
+    opaque: *const c_char,
+    opaque_len: usize,
+) {
     handlers::simple_add_legacy(&KERNELS, stream as _, buffers, opaque, opaque_len, std::ptr::null_mut())
 }
 
@@ -123,7 +129,13 @@ pub unsafe extern "C" fn XlaGpuPagedAttention(
 /// # Safety
 /// See `host::capi::simple_add`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn xgk_simple_add(platform: i32, stream: *mut c_void, tensors: *const XgkTensor, err: *mut c_char, err_len: usize) -> i32 {
+pub unsafe extern "C" fn xgk_simple_add(
+    platform: i32,
+    stream: *mut c_void,
+    tensors: *const XgkTensor,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
     host::capi::simple_add(&KERNELS, platform, stream as _, tensors, err, err_len)
 }
 

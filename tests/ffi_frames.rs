@@ -17,7 +17,9 @@ fn ptr(v: &mut [u8]) -> *mut c_void {
 
 #[test]
 fn metadata_probe_reports_api_version_0_1_and_touches_nothing_else() {
-    for handler in [xla_gpu_simple_add_host, xla_gpu_simple_add_cuda, xla_gpu_paged_attention_host, xla_gpu_paged_attention_cuda] {
+    for handler in
+        [xla_gpu_simple_add_host, xla_gpu_simple_add_cuda, xla_gpu_paged_attention_host, xla_gpu_paged_attention_cuda]
+    {
         // api is NULL during the probe on XLA <= jax 0.8.
         let (mut frame, _ext, md) = probe_frame(std::ptr::null());
         let err = unsafe { handler(&mut *frame) };
@@ -38,7 +40,11 @@ fn simple_add_host_handler_adds_every_dtype() {
             let (mut a, mut b) = (encode(dtype, &a_vals), encode(dtype, &b_vals));
             let mut out = vec![0xCDu8; a.len()];
             let dims = [n as i64];
-            let mut fb = FrameBuilder::new().arg(dtype, &dims, ptr(&mut a)).arg(dtype, &dims, ptr(&mut b)).ret(dtype, &dims, ptr(&mut out));
+            let mut fb = FrameBuilder::new().arg(dtype, &dims, ptr(&mut a)).arg(dtype, &dims, ptr(&mut b)).ret(
+                dtype,
+                &dims,
+                ptr(&mut out),
+            );
             let err = unsafe { take_error(xla_gpu_simple_add_host(fb.frame())) };
             assert_eq!(err, None);
             for i in 0..n {
@@ -55,15 +61,27 @@ fn simple_add_reports_precise_errors() {
     let (mut a, mut b, mut out) = (vec![0u8; 16], vec![0u8; 16], vec![0u8; 16]);
     let cases: Vec<(FrameBuilder, &str)> = vec![
         (
-            FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::BF16, &[8], ptr(&mut b)).ret(DType::F32, &[4], ptr(&mut out)),
+            FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::BF16, &[8], ptr(&mut b)).ret(
+                DType::F32,
+                &[4],
+                ptr(&mut out),
+            ),
             "simple_add: dtype mismatch: a is f32 but b is bf16",
         ),
         (
-            FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::F32, &[2, 2], ptr(&mut b)).ret(DType::F32, &[4], ptr(&mut out)),
+            FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::F32, &[2, 2], ptr(&mut b)).ret(
+                DType::F32,
+                &[4],
+                ptr(&mut out),
+            ),
             "simple_add: shape mismatch: a is f32[4] but b is f32[2,2]",
         ),
         (
-            FrameBuilder::new().arg(DType::S32, &[4], ptr(&mut a)).arg(DType::S32, &[4], ptr(&mut b)).ret(DType::S32, &[4], ptr(&mut out)),
+            FrameBuilder::new().arg(DType::S32, &[4], ptr(&mut a)).arg(DType::S32, &[4], ptr(&mut b)).ret(
+                DType::S32,
+                &[4],
+                ptr(&mut out),
+            ),
             "simple_add: unsupported dtype s32; supported: f32, f16, bf16",
         ),
         (
@@ -71,7 +89,11 @@ fn simple_add_reports_precise_errors() {
             "simple_add: expected 2 operands and 1 result(s), got 1 and 1",
         ),
         (
-            FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::F32, &[4], ptr(&mut b)).ret(DType::F32, &[4], ptr(&mut out)).f64_attr("alpha", 2.0),
+            FrameBuilder::new()
+                .arg(DType::F32, &[4], ptr(&mut a))
+                .arg(DType::F32, &[4], ptr(&mut b))
+                .ret(DType::F32, &[4], ptr(&mut out))
+                .f64_attr("alpha", 2.0),
             "simple_add: unknown attribute 'alpha'",
         ),
     ];
@@ -87,12 +109,16 @@ fn cuda_handler_without_a_stream_fails_cleanly() {
     // The synthesized API table has no Stream_Get: the CUDA handler must return an error (never
     // crash), whether or not this machine has a GPU.
     let (mut a, mut b, mut out) = (vec![0u8; 16], vec![0u8; 16], vec![0u8; 16]);
-    let mut fb = FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::F32, &[4], ptr(&mut b)).ret(DType::F32, &[4], ptr(&mut out));
+    let mut fb = FrameBuilder::new().arg(DType::F32, &[4], ptr(&mut a)).arg(DType::F32, &[4], ptr(&mut b)).ret(
+        DType::F32,
+        &[4],
+        ptr(&mut out),
+    );
     let (_, msg) = unsafe { take_error(xla_gpu_simple_add_cuda(fb.frame())) }.expect("an error");
     assert!(msg.contains("XLA_FFI_Stream_Get is missing"), "{msg}");
 }
 
-fn pa_frame(case: &mut Case, out: &mut Vec<u8>) -> FrameBuilder {
+fn pa_frame(case: &mut Case, out: &mut [u8]) -> FrameBuilder {
     let (qd, kvd) = (case.q_dims(), case.kv_dims());
     let seqs = [case.max_num_seqs as i64];
     let table = [case.max_num_seqs as i64, case.pages_per_seq as i64];
@@ -141,7 +167,10 @@ fn paged_attention_rejects_bad_attributes_and_shapes() {
         (pa_frame(&mut case, &mut out).i64_attr("sliding_window", 0), "sliding_window must be > 0, got 0"),
         (pa_frame(&mut case, &mut out).f64_attr("soft_cap", 0.0), "soft_cap must be finite and != 0"),
         (pa_frame(&mut case, &mut out).f64_attr("sm_scal", 1.0), "paged_attention: unknown attribute 'sm_scal'"),
-        (pa_frame(&mut case, &mut out).f64_attr("sliding_window", 3.5), "attribute 'sliding_window' must be an integer, got f64"),
+        (
+            pa_frame(&mut case, &mut out).f64_attr("sliding_window", 3.5),
+            "attribute 'sliding_window' must be an integer, got f64",
+        ),
     ];
     for (mut fb, want) in checks {
         let (code, msg) = unsafe { take_error(xla_gpu_paged_attention_host(fb.frame())) }.expect("an error");
@@ -166,7 +195,13 @@ fn legacy_entry_points_report_malformed_opaques_through_the_status() {
     ] {
         let mut status = [0u64; 5];
         unsafe {
-            XlaGpuSimpleAddStatus(std::ptr::null_mut(), buffers.as_mut_ptr(), opaque.as_ptr() as _, opaque.len(), status.as_mut_ptr() as _);
+            XlaGpuSimpleAddStatus(
+                std::ptr::null_mut(),
+                buffers.as_mut_ptr(),
+                opaque.as_ptr() as _,
+                opaque.len(),
+                status.as_mut_ptr() as _,
+            );
             let base = status.as_ptr() as *const u8;
             assert_eq!(*base.add(32), 1, "status not failed for {:?}", String::from_utf8_lossy(opaque));
             let msg = std::slice::from_raw_parts(*(base as *const *const u8), *(base.add(8) as *const usize));
@@ -177,7 +212,13 @@ fn legacy_entry_points_report_malformed_opaques_through_the_status() {
     let mut status = [0u64; 5];
     let opaque = b"xgk1;op=paged_attention;q=bf16[8,4,128];kv=bf16[16,16,3,128];max_num_seqs=2;pages_per_seq=4";
     unsafe {
-        XlaGpuPagedAttention(std::ptr::null_mut(), buffers.as_mut_ptr(), opaque.as_ptr() as _, opaque.len(), status.as_mut_ptr() as _);
+        XlaGpuPagedAttention(
+            std::ptr::null_mut(),
+            buffers.as_mut_ptr(),
+            opaque.as_ptr() as _,
+            opaque.len(),
+            status.as_mut_ptr() as _,
+        );
         let base = status.as_ptr() as *const u8;
         let msg = std::slice::from_raw_parts(*(base as *const *const u8), *(base.add(8) as *const usize));
         assert!(String::from_utf8_lossy(msg).contains("must be even"));

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
-use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, run_cpu, tensor_core_applies, DeviceBuffers, KernelChoice};
+use xla_gpu_kernels::host::ops::paged_attention::{
+    launch_cuda_with, run_cpu, tensor_core_applies, DeviceBuffers, KernelChoice,
+};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -45,13 +47,23 @@ fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
         let elem = dtype.size_bytes().unwrap();
         for n in [1usize, 3, 17, 255, 1000, 4097, (1 << 20) + 5, 10_000_019] {
             for offset in [0usize, 1] {
-                let vals = |rng: &mut StdRng| encode(dtype, &(0..n + 1).map(|_| rng.gen_range(-1e3..1e3)).collect::<Vec<_>>());
+                let vals =
+                    |rng: &mut StdRng| encode(dtype, &(0..n + 1).map(|_| rng.gen_range(-1e3..1e3)).collect::<Vec<_>>());
                 let (a, b) = (vals(&mut rng), vals(&mut rng));
                 let (da, db) = (Dev::from(&stream, &a), Dev::from(&stream, &b));
                 let dout = Dev::from(&stream, &vec![0xFFu8; (n + 1) * elem]); // NaN-poisoned
                 let off = |p: *mut c_void| unsafe { (p as *mut u8).add(offset * elem) as *mut c_void };
                 let op = SimpleAdd { dtype, len: n };
-                unsafe { op.launch_cuda(&KERNELS, stream.cu_stream(), off(da.ptr(&stream)), off(db.ptr(&stream)), off(dout.ptr(&stream))) }.unwrap();
+                unsafe {
+                    op.launch_cuda(
+                        &KERNELS,
+                        stream.cu_stream(),
+                        off(da.ptr(&stream)),
+                        off(db.ptr(&stream)),
+                        off(dout.ptr(&stream)),
+                    )
+                }
+                .unwrap();
                 let got = stream.clone_dtoh(&dout.buf).unwrap();
                 let mut want = vec![0u8; n * elem];
                 op.run_cpu(&a[offset * elem..], &b[offset * elem..], &mut want).unwrap();
@@ -99,7 +111,17 @@ fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u
 
 fn run_host(case: &Case) -> Vec<u8> {
     let mut out = vec![0u8; case.out_bytes()];
-    run_cpu(&case.spec(), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
+    run_cpu(
+        &case.spec(),
+        &case.q,
+        &case.kv,
+        &case.kv_lens,
+        &case.page_indices,
+        &case.cu_q_lens,
+        &[case.num_seqs],
+        &mut out,
+    )
+    .unwrap();
     out
 }
 
@@ -173,7 +195,9 @@ fn paged_attention_matches_cpu_over_the_feature_matrix() {
         }
         let cpu = run_host(&case);
         for kernel in kernels_for(&case) {
-            let label = format!("case {i} {kernel:?}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
+            let label = format!(
+                "case {i} {kernel:?}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}"
+            );
             let err = compare(&case, &run_gpu(&stream, &case, kernel), &cpu, &label);
             let w = worst.entry(format!("{kernel:?} {q_dtype}/{kv_dtype}")).or_insert(0.0);
             *w = w.max(err);
@@ -192,7 +216,8 @@ fn paged_attention_long_context_128k() {
     let stream = gpu();
     let mut rng = StdRng::from_entropy();
     // One 128k-token sequence (decode + a 3-row chunk) beside a short one: split-KV path.
-    let mut case = random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
+    let mut case =
+        random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
     case.sm_scale = 0.08;
     let cpu = run_host(&case);
     for kernel in kernels_for(&case) {

@@ -10,7 +10,17 @@ use xla_gpu_kernels::host::DType;
 
 fn run(case: &Case) -> Vec<u8> {
     let mut out = vec![0xABu8; case.out_bytes()]; // poisoned
-    run_cpu(&case.spec(), &case.q, &case.kv, &case.kv_lens, &case.page_indices, &case.cu_q_lens, &[case.num_seqs], &mut out).unwrap();
+    run_cpu(
+        &case.spec(),
+        &case.q,
+        &case.kv,
+        &case.kv_lens,
+        &case.page_indices,
+        &case.cu_q_lens,
+        &[case.num_seqs],
+        &mut out,
+    )
+    .unwrap();
     out
 }
 

@@ -46,7 +46,12 @@ fn ptxas_accepts_the_ptx_without_spills() {
     let file = dir.join("kernels.ptx");
     std::fs::write(&file, xla_gpu_kernels::PTX.trim_end_matches('\0')).unwrap();
     for arch in ["sm_80", "sm_90"] {
-        let out = Command::new(ptxas()).args(["-v", &format!("-arch={arch}")]).arg(&file).args(["-o", "/dev/null"]).output().unwrap();
+        let out = Command::new(ptxas())
+            .args(["-v", &format!("-arch={arch}")])
+            .arg(&file)
+            .args(["-o", "/dev/null"])
+            .output()
+            .unwrap();
         let log = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "ptxas {arch} failed:\n{log}");
         let entries = log.matches("Compiling entry function").count();

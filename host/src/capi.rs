@@ -45,7 +45,8 @@ pub const PLATFORM_CPU: i32 = 0;
 pub const PLATFORM_CUDA: i32 = 1;
 
 unsafe fn tensor<'a>(t: &XgkTensor) -> TensorRef<'a> {
-    let dims = if t.rank <= 0 || t.dims.is_null() { &[][..] } else { std::slice::from_raw_parts(t.dims, t.rank as usize) };
+    let dims =
+        if t.rank <= 0 || t.dims.is_null() { &[][..] } else { std::slice::from_raw_parts(t.dims, t.rank as usize) };
     TensorRef { data: t.data, dtype: DType::from_xla(t.dtype), dims }
 }
 
@@ -57,7 +58,8 @@ pub const STATUS_FAILED: i32 = 2;
 /// Runs `body`, catching panics; on error writes the message (NUL-terminated, truncated) into
 /// `err` and returns [`STATUS_INVALID_ARGUMENT`] or [`STATUS_FAILED`], else 0.
 unsafe fn c_call(err: *mut c_char, err_len: usize, body: impl FnOnce() -> Result<()>) -> i32 {
-    let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(crate::xla::ffi::panic_message(&*p))));
+    let outcome =
+        catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(crate::xla::ffi::panic_message(&*p))));
     match outcome {
         Ok(()) => 0,
         Err(e) => {
@@ -78,7 +80,14 @@ unsafe fn c_call(err: *mut c_char, err_len: usize, body: impl FnOnce() -> Result
 /// # Safety
 /// `tensors` points at 3 descriptors whose data match their dtype and dims on `platform`;
 /// `err` is null or writable for `err_len` bytes.
-pub unsafe fn simple_add(kernels: &KernelModule, platform: i32, stream: CUstream, tensors: *const XgkTensor, err: *mut c_char, err_len: usize) -> i32 {
+pub unsafe fn simple_add(
+    kernels: &KernelModule,
+    platform: i32,
+    stream: CUstream,
+    tensors: *const XgkTensor,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
     c_call(err, err_len, || {
         let t = std::slice::from_raw_parts(tensors, 3);
         let (a, b, out) = (tensor(&t[0]), tensor(&t[1]), tensor(&t[2]));
@@ -115,7 +124,9 @@ pub unsafe fn paged_attention(
         let a = &*attrs;
         let attrs = Attributes {
             sm_scale: a.sm_scale,
-            sliding_window: (a.has_sliding_window != 0).then(|| Attributes::sliding_window_from_i64(a.sliding_window)).transpose()?,
+            sliding_window: (a.has_sliding_window != 0)
+                .then(|| Attributes::sliding_window_from_i64(a.sliding_window))
+                .transpose()?,
             soft_cap: (a.has_soft_cap != 0).then_some(a.soft_cap),
             mask_value: (a.has_mask_value != 0).then_some(a.mask_value),
             k_scale: (a.has_k_scale != 0).then_some(a.k_scale),
@@ -128,7 +139,15 @@ pub unsafe fn paged_attention(
                 kernels,
                 stream,
                 &op,
-                DeviceBuffers { q: ptrs[0], kv_pages: ptrs[1], kv_lens: ptrs[2], page_indices: ptrs[3], cu_q_lens: ptrs[4], num_seqs: ptrs[5], out: ptrs[6] },
+                DeviceBuffers {
+                    q: ptrs[0],
+                    kv_pages: ptrs[1],
+                    kv_lens: ptrs[2],
+                    page_indices: ptrs[3],
+                    cu_q_lens: ptrs[4],
+                    num_seqs: ptrs[5],
+                    out: ptrs[6],
+                },
             ),
             PLATFORM_CPU => run_paged_attention_cpu(&op, ptrs),
             other => Err(Error::invalid(format!("unknown platform {other}"))),

@@ -30,10 +30,7 @@ impl Error {
 
     /// Wraps a driver error with the name of the call that failed.
     pub fn cuda(call: &'static str, err: DriverError) -> Self {
-        let message = err
-            .error_string()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "unknown".into());
+        let message = err.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| "unknown".into());
         Error::Cuda { call, code: err.0, message }
     }
 }

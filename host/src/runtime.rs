@@ -102,7 +102,8 @@ impl KernelModule {
         // SAFETY: out-pointer to a local; context is current.
         unsafe { sys::cuCtxGetDevice(&mut device) }.result().map_err(|e| Error::cuda("cuCtxGetDevice", e))?;
         // SAFETY: `device` came from the driver.
-        let attr = |a| unsafe { cu::device::get_attribute(device, a) }.map_err(|e| Error::cuda("cuDeviceGetAttribute", e));
+        let attr =
+            |a| unsafe { cu::device::get_attribute(device, a) }.map_err(|e| Error::cuda("cuDeviceGetAttribute", e));
         let multiprocessors = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32;
         let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32;
@@ -139,7 +140,13 @@ impl ContextModule {
     /// `args` must match the kernel's parameter list in number, order and type (each entry points
     /// at a value of the parameter's type), and every device pointer among them must be valid for
     /// the accesses the kernel makes with the given grid.
-    pub unsafe fn launch(&self, stream: CUstream, kernel: &'static str, cfg: LaunchConfig, args: &mut [*mut c_void]) -> Result<()> {
+    pub unsafe fn launch(
+        &self,
+        stream: CUstream,
+        kernel: &'static str,
+        cfg: LaunchConfig,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
         let f = self.function(kernel)?;
         let _guard = ContextGuard::push(self.context)?;
         if cfg.shared_bytes > 48 * 1024 {

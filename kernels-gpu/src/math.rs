@@ -23,7 +23,9 @@ pub fn exp2_approx(x: f32) -> f32 {
     {
         let y: f32;
         // SAFETY: pure arithmetic instruction.
-        unsafe { core::arch::asm!("ex2.approx.ftz.f32 {}, {};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            core::arch::asm!("ex2.approx.ftz.f32 {}, {};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack))
+        };
         y
     }
     #[cfg(not(target_arch = "nvptx64"))]

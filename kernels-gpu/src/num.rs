@@ -51,7 +51,9 @@ impl Element for Bf16 {
         {
             let bits: u16;
             // SAFETY: pure conversion instruction (sm_80+).
-            unsafe { core::arch::asm!("cvt.rn.bf16.f32 {}, {};", out(reg16) bits, in(reg32) v, options(pure, nomem, nostack)) };
+            unsafe {
+                core::arch::asm!("cvt.rn.bf16.f32 {}, {};", out(reg16) bits, in(reg32) v, options(pure, nomem, nostack))
+            };
             Bf16(bits)
         }
         #[cfg(not(target_arch = "nvptx64"))]

@@ -97,7 +97,8 @@ pub struct Case {
     pub v_scale: Option<f32>,
 }
 
-/// Sequence shape of a random case: (q_len, kv_len) pairs.
+/// A random case; `seqs` holds (q_len, kv_len) pairs, `pad_tokens` padding rows.
+#[allow(clippy::too_many_arguments)]
 pub fn random_case(
     rng: &mut impl Rng,
     q_dtype: DType,
@@ -251,13 +252,15 @@ impl Case {
                     for (j, logit) in logits.iter_mut().enumerate() {
                         let mut dot = 0.0;
                         for x in 0..d {
-                            dot += decode(self.q_dtype, &self.q, (t * nq + h) * d + x) * load(j, 2 * g, x, self.k_scale);
+                            dot +=
+                                decode(self.q_dtype, &self.q, (t * nq + h) * d + x) * load(j, 2 * g, x, self.k_scale);
                         }
                         let mut l = dot * self.sm_scale as f64;
                         if let Some(c) = self.soft_cap {
                             l = c as f64 * (l / c as f64).tanh();
                         }
-                        let masked = (j as i64) > pos || self.sliding_window.is_some_and(|w| (j as i64) <= pos - w as i64);
+                        let masked =
+                            (j as i64) > pos || self.sliding_window.is_some_and(|w| (j as i64) <= pos - w as i64);
                         if masked {
                             l += mask_value;
                         }

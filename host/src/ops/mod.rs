@@ -48,5 +48,5 @@ pub(crate) mod elem {
 
 /// Whether `ptr` is aligned to `align` bytes.
 pub(crate) fn aligned(ptr: *const std::ffi::c_void, align: usize) -> bool {
-    (ptr as usize) % align == 0
+    (ptr as usize).is_multiple_of(align)
 }

@@ -24,7 +24,12 @@ impl SimpleAdd {
         ensure!(b.dtype == dtype, "simple_add: dtype mismatch: a is {} but b is {}", a.dtype, b.dtype);
         ensure!(out.dtype == dtype, "simple_add: dtype mismatch: inputs are {} but the output is {}", dtype, out.dtype);
         ensure!(a.dims == b.dims, "simple_add: shape mismatch: a is {} but b is {}", a.describe(), b.describe());
-        ensure!(a.dims == out.dims, "simple_add: shape mismatch: inputs are {} but the output is {}", a.describe(), out.describe());
+        ensure!(
+            a.dims == out.dims,
+            "simple_add: shape mismatch: inputs are {} but the output is {}",
+            a.describe(),
+            out.describe()
+        );
         let Some(len) = a.num_elements() else { invalid!("simple_add: invalid shape {}", a.describe()) };
         Ok(SimpleAdd { dtype, len })
     }
@@ -79,7 +84,10 @@ impl SimpleAdd {
     /// CPU implementation: `out = a + b` over host byte buffers (the Host handler).
     pub fn run_cpu(self, a: &[u8], b: &[u8], out: &mut [u8]) -> Result<()> {
         let bytes = self.len * self.dtype.size_bytes().unwrap();
-        ensure!(a.len() >= bytes && b.len() >= bytes && out.len() >= bytes, "simple_add: buffers smaller than {bytes} bytes");
+        ensure!(
+            a.len() >= bytes && b.len() >= bytes && out.len() >= bytes,
+            "simple_add: buffers smaller than {bytes} bytes"
+        );
         for i in 0..self.len {
             let v = elem::load(self.dtype, a, i) + elem::load(self.dtype, b, i);
             elem::store(self.dtype, out, i, v);

@@ -377,7 +377,12 @@ pub unsafe fn create_error(api: *const Api, code: ErrorCode, message: &str) -> *
     }
     let Some(create) = (*api).error_create else { return std::ptr::null_mut() };
     let msg = CString::new(message.replace('\0', " ")).unwrap();
-    let mut args = ErrorCreateArgs { struct_size: 28, extension_start: std::ptr::null_mut(), message: msg.as_ptr(), errc: code as i32 };
+    let mut args = ErrorCreateArgs {
+        struct_size: 28,
+        extension_start: std::ptr::null_mut(),
+        message: msg.as_ptr(),
+        errc: code as i32,
+    };
     create(&mut args)
 }
 
@@ -406,13 +411,18 @@ pub unsafe fn handle(frame: *mut CallFrame, body: impl FnOnce(&Call) -> Result<(
     }
     let f = &*frame;
     if f.struct_size < CALL_FRAME_STRUCT_SIZE {
-        return create_error(f.api, ErrorCode::Internal, &format!("unsupported XLA_FFI_CallFrame size {}", f.struct_size));
+        return create_error(
+            f.api,
+            ErrorCode::Internal,
+            &format!("unsupported XLA_FFI_CallFrame size {}", f.struct_size),
+        );
     }
     if f.stage != STAGE_EXECUTE {
         return std::ptr::null_mut();
     }
     let call = Call { frame: f };
-    let outcome = catch_unwind(AssertUnwindSafe(|| body(&call))).unwrap_or_else(|panic| Err(Error::Panic(panic_message(&*panic))));
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(&call)))
+        .unwrap_or_else(|panic| Err(Error::Panic(panic_message(&*panic))));
     match outcome {
         Ok(()) => std::ptr::null_mut(),
         Err(e) => create_error(f.api, ErrorCode::from(&e), &e.to_string()),
@@ -434,7 +444,9 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub mod testing {
     use super::*;
 
-    /// Owns everything a synthetic call frame points to.
+    /// Owns everything a synthetic call frame points to. Boxed elements: the frame holds pointers
+    /// to them, which must not move when the vectors grow.
+    #[allow(clippy::vec_box)]
     pub struct FrameBuilder {
         buffers: Vec<Box<Buffer>>,
         dims: Vec<Box<[i64]>>,
@@ -482,7 +494,12 @@ pub mod testing {
             let api = Box::new(Api {
                 struct_size: 192,
                 extension_start: std::ptr::null_mut(),
-                api_version: ApiVersion { struct_size: 24, extension_start: std::ptr::null_mut(), major_version: 0, minor_version: 3 },
+                api_version: ApiVersion {
+                    struct_size: 24,
+                    extension_start: std::ptr::null_mut(),
+                    major_version: 0,
+                    minor_version: 3,
+                },
                 internal_api: std::ptr::null(),
                 error_create: Some(fake_error_create),
                 error_get_message: std::ptr::null(),
@@ -490,7 +507,13 @@ pub mod testing {
                 handler_register: std::ptr::null(),
                 stream_get: None,
             });
-            let empty = || Args { struct_size: 40, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), args: std::ptr::null() };
+            let empty = || Args {
+                struct_size: 40,
+                extension_start: std::ptr::null_mut(),
+                size: 0,
+                types: std::ptr::null(),
+                args: std::ptr::null(),
+            };
             let frame = Box::new(CallFrame {
                 struct_size: CALL_FRAME_STRUCT_SIZE,
                 extension_start: std::ptr::null_mut(),
@@ -499,7 +522,14 @@ pub mod testing {
                 stage: STAGE_EXECUTE,
                 args: empty(),
                 rets: empty(),
-                attrs: Attrs { struct_size: 48, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), names: std::ptr::null(), attrs: std::ptr::null() },
+                attrs: Attrs {
+                    struct_size: 48,
+                    extension_start: std::ptr::null_mut(),
+                    size: 0,
+                    types: std::ptr::null(),
+                    names: std::ptr::null(),
+                    attrs: std::ptr::null(),
+                },
             });
             FrameBuilder {
                 buffers: vec![],
@@ -523,7 +553,14 @@ pub mod testing {
 
         fn buffer(&mut self, dtype: DType, dims: &[i64], data: *mut c_void) -> *mut c_void {
             let d: Box<[i64]> = dims.into();
-            let mut b = Box::new(Buffer { struct_size: 48, extension_start: std::ptr::null_mut(), dtype: dtype.to_xla(), data, rank: dims.len() as i64, dims: d.as_ptr() });
+            let mut b = Box::new(Buffer {
+                struct_size: 48,
+                extension_start: std::ptr::null_mut(),
+                dtype: dtype.to_xla(),
+                data,
+                rank: dims.len() as i64,
+                dims: d.as_ptr(),
+            });
             let p = &mut *b as *mut Buffer as *mut c_void;
             self.dims.push(d);
             self.buffers.push(b);
@@ -597,14 +634,29 @@ pub mod testing {
     pub fn probe_frame(api: *const Api) -> (Box<CallFrame>, Box<MetadataExtension>, Box<Metadata>) {
         let mut md = Box::new(Metadata {
             struct_size: 36,
-            api_version: ApiVersion { struct_size: 24, extension_start: std::ptr::null_mut(), major_version: 0, minor_version: 0 },
+            api_version: ApiVersion {
+                struct_size: 24,
+                extension_start: std::ptr::null_mut(),
+                major_version: 0,
+                minor_version: 0,
+            },
             traits: 0,
         });
         let mut ext = Box::new(MetadataExtension {
-            extension_base: ExtensionBase { struct_size: 32, extension_type: EXTENSION_METADATA, next: std::ptr::null_mut() },
+            extension_base: ExtensionBase {
+                struct_size: 32,
+                extension_type: EXTENSION_METADATA,
+                next: std::ptr::null_mut(),
+            },
             metadata: &mut *md,
         });
-        let empty = || Args { struct_size: 40, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), args: std::ptr::null() };
+        let empty = || Args {
+            struct_size: 40,
+            extension_start: std::ptr::null_mut(),
+            size: 0,
+            types: std::ptr::null(),
+            args: std::ptr::null(),
+        };
         let frame = Box::new(CallFrame {
             struct_size: CALL_FRAME_STRUCT_SIZE,
             extension_start: &mut ext.extension_base,
@@ -613,7 +665,14 @@ pub mod testing {
             stage: STAGE_EXECUTE,
             args: empty(),
             rets: empty(),
-            attrs: Attrs { struct_size: 48, extension_start: std::ptr::null_mut(), size: 0, types: std::ptr::null(), names: std::ptr::null(), attrs: std::ptr::null() },
+            attrs: Attrs {
+                struct_size: 48,
+                extension_start: std::ptr::null_mut(),
+                size: 0,
+                types: std::ptr::null(),
+                names: std::ptr::null(),
+                attrs: std::ptr::null(),
+            },
         });
         (frame, ext, md)
     }

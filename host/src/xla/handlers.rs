@@ -16,7 +16,8 @@ use crate::ops::simple_add::SimpleAdd;
 use crate::runtime::KernelModule;
 
 /// Attribute names of `xla_gpu_paged_attention`.
-pub const PAGED_ATTENTION_ATTRIBUTES: [&str; 6] = ["k_scale", "mask_value", "sliding_window", "sm_scale", "soft_cap", "v_scale"];
+pub const PAGED_ATTENTION_ATTRIBUTES: [&str; 6] =
+    ["k_scale", "mask_value", "sliding_window", "sm_scale", "soft_cap", "v_scale"];
 
 fn simple_add_from_call<'a>(call: &Call<'a>) -> Result<(SimpleAdd, [TensorRef<'a>; 3])> {
     call.expect_arity("simple_add", 2, 1)?;
@@ -93,7 +94,15 @@ fn paged_attention_from_call<'a>(call: &Call<'a>) -> Result<(PagedAttention, [Te
 }
 
 fn device_buffers(t: &[*mut c_void; 7]) -> DeviceBuffers {
-    DeviceBuffers { q: t[0], kv_pages: t[1], kv_lens: t[2], page_indices: t[3], cu_q_lens: t[4], num_seqs: t[5], out: t[6] }
+    DeviceBuffers {
+        q: t[0],
+        kv_pages: t[1],
+        kv_lens: t[2],
+        page_indices: t[3],
+        cu_q_lens: t[4],
+        num_seqs: t[5],
+        out: t[6],
+    }
 }
 
 /// Typed FFI handler body of `xla_gpu_paged_attention` on CUDA.
@@ -141,8 +150,18 @@ pub unsafe fn run_paged_attention_cpu(op: &PagedAttention, t: [*mut c_void; 7]) 
 }
 
 /// Keys of the paged attention opaque.
-const PAGED_ATTENTION_OPAQUE_KEYS: [&str; 10] =
-    ["q", "kv", "max_num_seqs", "pages_per_seq", "sm_scale", "sliding_window", "soft_cap", "mask_value", "k_scale", "v_scale"];
+const PAGED_ATTENTION_OPAQUE_KEYS: [&str; 10] = [
+    "q",
+    "kv",
+    "max_num_seqs",
+    "pages_per_seq",
+    "sm_scale",
+    "sliding_window",
+    "soft_cap",
+    "mask_value",
+    "k_scale",
+    "v_scale",
+];
 
 /// Validates a paged attention opaque into the op (buffers carry no shapes in the legacy ABI).
 pub fn paged_attention_from_opaque(opaque: &[u8]) -> Result<PagedAttention> {
@@ -154,7 +173,10 @@ pub fn paged_attention_from_opaque(opaque: &[u8]) -> Result<PagedAttention> {
     let pages_per_seq = o.u64("pages_per_seq")? as i64;
     let attrs = Attributes {
         sm_scale: o.f32_opt("sm_scale")?.unwrap_or(1.0),
-        sliding_window: o.u64_opt("sliding_window")?.map(|w| Attributes::sliding_window_from_i64(w as i64)).transpose()?,
+        sliding_window: o
+            .u64_opt("sliding_window")?
+            .map(|w| Attributes::sliding_window_from_i64(w as i64))
+            .transpose()?,
         soft_cap: o.f32_opt("soft_cap")?,
         mask_value: o.f32_opt("mask_value")?,
         k_scale: o.f32_opt("k_scale")?,

@@ -40,7 +40,9 @@ impl Opaque {
         }
         let mut fields = BTreeMap::new();
         for part in parts.filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| Error::invalid(format!("opaque field {part:?} is not key=value")))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| Error::invalid(format!("opaque field {part:?} is not key=value")))?;
             if fields.insert(k.to_string(), v.to_string()).is_some() {
                 return Err(Error::invalid(format!("opaque field '{k}' is repeated")));
             }
@@ -79,7 +81,11 @@ impl Opaque {
     /// An optional float.
     pub fn f32_opt(&self, key: &str) -> Result<Option<f32>> {
         self.raw(key)
-            .map(|v| v.parse::<f64>().map(|x| x as f32).map_err(|_| Error::invalid(format!("opaque field '{key}' must be a number, got {v:?}"))))
+            .map(|v| {
+                v.parse::<f64>()
+                    .map(|x| x as f32)
+                    .map_err(|_| Error::invalid(format!("opaque field '{key}' must be a number, got {v:?}")))
+            })
             .transpose()
     }
 
@@ -104,7 +110,9 @@ impl Opaque {
         let dims = if dims.is_empty() {
             vec![]
         } else {
-            dims.split(',').map(|d| d.trim().parse::<i64>().ok().filter(|&d| d >= 0).ok_or_else(bad)).collect::<Result<Vec<_>>>()?
+            dims.split(',')
+                .map(|d| d.trim().parse::<i64>().ok().filter(|&d| d >= 0).ok_or_else(bad))
+                .collect::<Result<Vec<_>>>()?
         };
         Ok((dtype, dims))
     }
@@ -159,11 +167,22 @@ mod tests {
         assert_eq!(o.shape("q").unwrap(), (DType::F16, vec![4, 8, 128]));
         assert_eq!(o.f32_opt("sm_scale").unwrap(), Some(0.125));
         assert_eq!(o.f32_opt("soft_cap").unwrap(), None);
-        for bad in [&b"{}"[..], b"", b"xgk2;op=simple_add", b"xgk1;dtype=f32", b"xgk1;op=simple_add;n=1;n=2", b"xgk1;op=x;junk"] {
+        for bad in [
+            &b"{}"[..],
+            b"",
+            b"xgk2;op=simple_add",
+            b"xgk1;dtype=f32",
+            b"xgk1;op=simple_add;n=1;n=2",
+            b"xgk1;op=x;junk",
+        ] {
             assert!(Opaque::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
         let o = Opaque::parse(b"xgk1;op=simple_add;dtype=f32;n=-1;extra=1").unwrap();
-        assert!(o.expect("simple_add", &["dtype", "n"]).unwrap_err().to_string().contains("unknown opaque field 'extra'"));
+        assert!(o
+            .expect("simple_add", &["dtype", "n"])
+            .unwrap_err()
+            .to_string()
+            .contains("unknown opaque field 'extra'"));
         assert!(o.u64("n").is_err());
         assert!(Opaque::parse(b"xgk1;op=p;q=f32[2,x]").unwrap().shape("q").is_err());
     }

@@ -18,9 +18,7 @@ use syn::{parse_macro_input, spanned::Spanned, Error, FnArg, ItemFn, ReturnType}
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
         let attr = proc_macro2::TokenStream::from(attr);
-        return Error::new(attr.span(), "#[kernel] takes no arguments")
-            .to_compile_error()
-            .into();
+        return Error::new(attr.span(), "#[kernel] takes no arguments").to_compile_error().into();
     }
     let func = parse_macro_input!(item as ItemFn);
     match expand(func) {

@@ -25,13 +25,13 @@ unsafe fn copy_widest<const GLOBAL_IS_SRC: bool>(src: *const u8, dst: *mut u8, b
             }
         }};
     }
-    if bytes % 16 == 0 {
+    if bytes.is_multiple_of(16) {
         copy_as!(u128)
-    } else if bytes % 8 == 0 {
+    } else if bytes.is_multiple_of(8) {
         copy_as!(u64)
-    } else if bytes % 4 == 0 {
+    } else if bytes.is_multiple_of(4) {
         copy_as!(u32)
-    } else if bytes % 2 == 0 {
+    } else if bytes.is_multiple_of(2) {
         copy_as!(u16)
     } else {
         copy_as!(u8)

@@ -20,7 +20,7 @@
 use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
 use crate::kernel;
 use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
-use crate::num::{Bf16, Element, F8E4M3, F8E5M2, KvElement};
+use crate::num::{Bf16, Element, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};

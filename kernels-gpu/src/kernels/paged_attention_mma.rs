@@ -20,7 +20,9 @@ use crate::shared::dynamic_shared_mem;
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 
-use super::paged_attention::{attention_kernels, key_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_WARPS};
+use super::paged_attention::{
+    attention_kernels, key_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_WARPS,
+};
 use super::unroll;
 
 /// Query heads per block: the M of the mma tile.
@@ -30,7 +32,7 @@ const KEYS_PER_WARP_STEP: u32 = 16;
 
 /// Whether the tensor-core kernel covers a problem (q f16/bf16 is checked by the caller).
 pub const fn mma_supports_head_dim(head_dim: u32) -> bool {
-    head_dim % 16 == 0 && head_dim >= 16 && head_dim <= 128
+    head_dim.is_multiple_of(16) && head_dim >= 16 && head_dim <= 128
 }
 
 /// Dynamic shared memory of the tensor-core kernel, in bytes.

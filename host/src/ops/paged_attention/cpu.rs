@@ -31,7 +31,10 @@ pub fn run_cpu(
     ensure!(kv_pages.len() >= kv_elems * kv_size, "kv_pages buffer is too small");
     ensure!(page_indices.len() >= table_elems, "page_indices buffer is too small");
     let max_seqs = spec.max_num_seqs as usize;
-    ensure!(kv_lens.len() >= max_seqs && cu_q_lens.len() > max_seqs && !num_seqs.is_empty(), "metadata buffers are too small");
+    ensure!(
+        kv_lens.len() >= max_seqs && cu_q_lens.len() > max_seqs && !num_seqs.is_empty(),
+        "metadata buffers are too small"
+    );
 
     let d = spec.head_dim as usize;
     let nq = spec.num_q_heads as usize;
@@ -78,7 +81,10 @@ pub fn run_cpu(
                 let k_base = (token * 2 * nkv + 2 * g) * d;
                 let v_base = k_base + d;
                 for x in 0..d {
-                    let (mut k, mut v) = (elem::load(spec.kv_dtype, kv_pages, k_base + x), elem::load(spec.kv_dtype, kv_pages, v_base + x));
+                    let (mut k, mut v) = (
+                        elem::load(spec.kv_dtype, kv_pages, k_base + x),
+                        elem::load(spec.kv_dtype, kv_pages, v_base + x),
+                    );
                     if kv_scaled {
                         k = elem::round(spec.q_dtype, k * params.k_scale);
                         v = elem::round(spec.q_dtype, v * params.v_scale);
@@ -124,8 +130,8 @@ pub fn run_cpu(
                         acc[x] += p * values[idx * d + x];
                     }
                 }
-                for x in 0..d {
-                    elem::store(spec.q_dtype, out, q_base + x, acc[x] / sum);
+                for (x, a) in acc.iter().enumerate() {
+                    elem::store(spec.q_dtype, out, q_base + x, a / sum);
                 }
             }
         }

@@ -108,7 +108,12 @@ fn intern(name: String) -> &'static str {
 /// # Safety
 /// Every pointer in `bufs` must be a device allocation in the stream's context holding the
 /// shape and dtype `spec` was validated against.
-pub unsafe fn launch_cuda(kernels: &KernelModule, stream: Stream, spec: &PagedAttention, bufs: DeviceBuffers) -> Result<()> {
+pub unsafe fn launch_cuda(
+    kernels: &KernelModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+) -> Result<()> {
     launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::Auto)
 }
 
@@ -126,7 +131,12 @@ pub unsafe fn launch_cuda_with(
     for (name, p) in [("q", bufs.q), ("kv_pages", bufs.kv_pages), ("out", bufs.out as *const c_void)] {
         ensure!(aligned(p, 16), "{name} must be 16-byte aligned on the device");
     }
-    for (name, p) in [("kv_lens", bufs.kv_lens), ("page_indices", bufs.page_indices), ("cu_q_lens", bufs.cu_q_lens), ("num_seqs", bufs.num_seqs)] {
+    for (name, p) in [
+        ("kv_lens", bufs.kv_lens),
+        ("page_indices", bufs.page_indices),
+        ("cu_q_lens", bufs.cu_q_lens),
+        ("num_seqs", bufs.num_seqs),
+    ] {
         ensure!(aligned(p, 4), "{name} must be 4-byte aligned on the device");
     }
     if spec.max_tokens == 0 {
@@ -190,7 +200,8 @@ pub unsafe fn launch_cuda_with(
         }
         let mut args = KernelArgs::new();
         args.push(part_o).push(part_lse).push(bufs.out).push(params);
-        let cfg = LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
+        let cfg =
+            LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
         let name = match spec.q_dtype {
             DType::F32 => "rpa_combine_f32",
             DType::F16 => "rpa_combine_f16",

@@ -17,8 +17,8 @@ use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
 use kernels_gpu::kernels::paged_attention::dims_per_lane;
 
 use crate::dtype::{DType, TensorRef};
-use crate::error::Result;
 use crate::ensure;
+use crate::error::Result;
 
 /// Head sizes with a tuned kernel (any multiple of the lane width up to 256 also works; these
 /// are the ones tested).
@@ -37,7 +37,14 @@ pub struct Attributes {
 
 impl Default for Attributes {
     fn default() -> Self {
-        Attributes { sm_scale: 1.0, sliding_window: None, soft_cap: None, mask_value: None, k_scale: None, v_scale: None }
+        Attributes {
+            sm_scale: 1.0,
+            sliding_window: None,
+            soft_cap: None,
+            mask_value: None,
+            k_scale: None,
+            v_scale: None,
+        }
     }
 }
 
@@ -92,6 +99,7 @@ fn dim_u32(name: &str, v: i64) -> Result<u32> {
 impl PagedAttention {
     /// Validates the six inputs, the output and the attributes (torch_xla's static checks, plus
     /// what the kernels need).
+    #[allow(clippy::too_many_arguments)]
     pub fn from_tensors(
         q: &TensorRef,
         kv_pages: &TensorRef,
@@ -151,7 +159,9 @@ impl PagedAttention {
             "head_dim {head_dim} is not supported; supported: {SUPPORTED_HEAD_DIMS:?}"
         );
         ensure!(page_size > 0, "page_size must be > 0");
-        for (name, t) in [("kv_lens", kv_lens), ("page_indices", page_indices), ("cu_q_lens", cu_q_lens), ("num_seqs", num_seqs)] {
+        for (name, t) in
+            [("kv_lens", kv_lens), ("page_indices", page_indices), ("cu_q_lens", cu_q_lens), ("num_seqs", num_seqs)]
+        {
             ensure!(t.dtype == DType::S32, "{name} must be int32 (s32), got {}", t.describe());
         }
         ensure!(kv_lens.dims.len() == 1, "kv_lens must have shape [max_num_seqs], got {}", kv_lens.describe());
@@ -251,7 +261,11 @@ impl PagedAttention {
     /// Element counts of (q, kv_pages, page_indices).
     pub fn element_counts(&self) -> (usize, usize, usize) {
         let q = self.max_tokens as usize * self.num_q_heads as usize * self.head_dim as usize;
-        let kv = self.total_pages as usize * self.page_size as usize * 2 * self.num_kv_heads as usize * self.head_dim as usize;
+        let kv = self.total_pages as usize
+            * self.page_size as usize
+            * 2
+            * self.num_kv_heads as usize
+            * self.head_dim as usize;
         (q, kv, self.max_num_seqs as usize * self.pages_per_seq as usize)
     }
 }
@@ -282,11 +296,18 @@ mod tests {
         let ok = check(&[16, 8, 128], &[32, 16, 4, 128], DType::BF16, Attributes::default()).unwrap();
         assert_eq!((ok.num_kv_heads, ok.pages_per_seq, ok.max_num_seqs), (2, 8, 4));
         let err = |r: Result<PagedAttention>| r.unwrap_err().to_string();
-        assert!(err(check(&[16, 8, 128], &[32, 16, 3, 128], DType::BF16, Attributes::default())).contains("must be even"));
-        assert!(err(check(&[16, 6, 128], &[32, 16, 8, 128], DType::BF16, Attributes::default())).contains("multiple of num_kv_heads"));
-        assert!(err(check(&[16, 8, 128], &[32, 16, 4, 64], DType::BF16, Attributes::default())).contains("head_dim of q (128) and kv_pages (64) differ"));
-        assert!(err(check(&[16, 8, 72], &[32, 16, 4, 72], DType::BF16, Attributes::default())).contains("head_dim 72 is not supported"));
-        assert!(err(check(&[16, 8, 128], &[32, 16, 4, 128], DType::F16, Attributes::default())).contains("kv_pages dtype"));
+        assert!(
+            err(check(&[16, 8, 128], &[32, 16, 3, 128], DType::BF16, Attributes::default())).contains("must be even")
+        );
+        assert!(err(check(&[16, 6, 128], &[32, 16, 8, 128], DType::BF16, Attributes::default()))
+            .contains("multiple of num_kv_heads"));
+        assert!(err(check(&[16, 8, 128], &[32, 16, 4, 64], DType::BF16, Attributes::default()))
+            .contains("head_dim of q (128) and kv_pages (64) differ"));
+        assert!(err(check(&[16, 8, 72], &[32, 16, 4, 72], DType::BF16, Attributes::default()))
+            .contains("head_dim 72 is not supported"));
+        assert!(
+            err(check(&[16, 8, 128], &[32, 16, 4, 128], DType::F16, Attributes::default())).contains("kv_pages dtype")
+        );
         let bad = Attributes { sliding_window: Some(0), ..Default::default() };
         assert!(err(check(&[16, 8, 128], &[32, 16, 4, 128], DType::BF16, bad)).contains("sliding_window must be > 0"));
         let bad = Attributes { soft_cap: Some(0.0), ..Default::default() };
