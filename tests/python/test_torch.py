@@ -93,6 +93,22 @@ def test_ops_trace_under_torch_compile():
     torch.testing.assert_close(add(x, x), 2 * x + 1, rtol=0, atol=0)
 
 
+def test_torch_xla_2_9_and_later_is_refused_with_the_alternatives(monkeypatch):
+    # torch_xla cannot be installed next to torch 2.11; a stub with its version and _XLAC module
+    # exercises the version gate (2.9 removed CUDA custom-call registration).
+    import sys
+    import types
+
+    import xla_gpu_kernels.torch_xla as txla
+    stub = types.ModuleType("torch_xla")
+    stub.__version__ = "2.9.0+cpu"
+    stub._XLAC = types.ModuleType("torch_xla._XLAC")
+    monkeypatch.setitem(sys.modules, "torch_xla", stub)
+    monkeypatch.setitem(sys.modules, "torch_xla._XLAC", stub._XLAC)
+    with pytest.raises(RuntimeError, match=r"torch_xla 2\.9\.0\+cpu removed CUDA support.*Use JAX"):
+        txla.register()
+
+
 def test_torch_xla_front_end_says_what_to_use_instead():
     import xla_gpu_kernels.torch_xla as txla
     try:
