@@ -11,9 +11,7 @@ use std::sync::Arc;
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
-use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, run_cpu, tensor_core_applies, DeviceBuffers, KernelChoice,
-};
+use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, tensor_core_applies, DeviceBuffers, KernelChoice};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -109,22 +107,6 @@ fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u
     stream.clone_dtoh(&out.buf).unwrap()
 }
 
-fn run_host(case: &Case) -> Vec<u8> {
-    let mut out = vec![0u8; case.out_bytes()];
-    run_cpu(
-        &case.spec(),
-        &case.q,
-        &case.kv,
-        &case.kv_lens,
-        &case.page_indices,
-        &case.cu_q_lens,
-        &[case.num_seqs],
-        &mut out,
-    )
-    .unwrap();
-    out
-}
-
 /// Worst |gpu - cpu| over all rows; asserts the tolerance and that every element was written.
 fn compare(case: &Case, gpu: &[u8], cpu: &[u8], label: &str) -> f64 {
     let (atol, rtol) = tolerance(case.q_dtype);
@@ -193,7 +175,7 @@ fn paged_attention_matches_cpu_over_the_feature_matrix() {
             case.k_scale = Some(0.5);
             case.v_scale = Some(2.0);
         }
-        let cpu = run_host(&case);
+        let cpu = case.cpu_output();
         for kernel in kernels_for(&case) {
             let label = format!(
                 "case {i} {kernel:?}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}"
@@ -219,7 +201,7 @@ fn paged_attention_long_context_128k() {
     let mut case =
         random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
     case.sm_scale = 0.08;
-    let cpu = run_host(&case);
+    let cpu = case.cpu_output();
     for kernel in kernels_for(&case) {
         let err = compare(&case, &run_gpu(&stream, &case, kernel), &cpu, "128k");
         println!("worst |gpu - cpu| 128k bf16 {kernel:?}: {err:.3e}");
@@ -261,7 +243,7 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
     c.kv_lens[2] = 1; // q_len 5 > kv_len 1
     cases.push(("q_len > kv_len", c));
     for (label, case) in &cases {
-        let cpu = run_host(case);
+        let cpu = case.cpu_output();
         for kernel in kernels_for(case) {
             compare(case, &run_gpu(&stream, case, kernel), &cpu, &format!("{label} {kernel:?}"));
         }

@@ -5,24 +5,7 @@ mod common;
 
 use common::*;
 use rand::prelude::*;
-use xla_gpu_kernels::host::ops::paged_attention::run_cpu;
 use xla_gpu_kernels::host::DType;
-
-fn run(case: &Case) -> Vec<u8> {
-    let mut out = vec![0xABu8; case.out_bytes()]; // poisoned
-    run_cpu(
-        &case.spec(),
-        &case.q,
-        &case.kv,
-        &case.kv_lens,
-        &case.page_indices,
-        &case.cu_q_lens,
-        &[case.num_seqs],
-        &mut out,
-    )
-    .unwrap();
-    out
-}
 
 #[test]
 fn cpu_matches_float64_oracle_on_random_ragged_batches() {
@@ -64,7 +47,7 @@ fn cpu_matches_float64_oracle_on_random_ragged_batches() {
             case.mask_value = Some(-3.0);
         }
         let label = format!("case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} seqs {seqs:?}");
-        assert_close(&case, &run(&case), &case.oracle(), &label);
+        assert_close(&case, &case.cpu_output(), &case.oracle(), &label);
     }
 }
 
@@ -92,7 +75,7 @@ fn invalid_metadata_is_defined_and_in_bounds() {
     c.kv_lens[0] = 1; // q_len 3 > kv_len 1
     cases.push(("q_len > kv_len", c));
     for (label, case) in cases {
-        let out = run(&case);
+        let out = case.cpu_output();
         for i in 0..case.max_tokens * case.num_q_heads * case.head_dim {
             assert!(decode(case.q_dtype, &out, i).is_finite(), "{label}: element {i} not written");
         }
@@ -100,6 +83,6 @@ fn invalid_metadata_is_defined_and_in_bounds() {
     // All pages invalid: nothing visible, every row is zeros.
     let mut c = base.clone();
     c.page_indices.iter_mut().for_each(|p| *p = -1);
-    let out = run(&c);
+    let out = c.cpu_output();
     assert!((0..c.max_tokens * c.num_q_heads * c.head_dim).all(|i| decode(c.q_dtype, &out, i) == 0.0));
 }

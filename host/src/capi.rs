@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention};
 use crate::ops::simple_add::SimpleAdd;
 use crate::runtime::KernelModule;
-use crate::xla::handlers::run_paged_attention_cpu;
+use crate::xla::handlers::{run_paged_attention_cpu, run_simple_add_cpu};
 
 /// A tensor as C callers describe it (dtype numbered like `XLA_FFI_DataType`).
 #[repr(C)]
@@ -94,12 +94,7 @@ pub unsafe fn simple_add(
         let op = SimpleAdd::from_tensors(&a, &b, &out)?;
         match platform {
             PLATFORM_CUDA => op.launch_cuda(kernels, stream, a.data, b.data, out.data),
-            PLATFORM_CPU => {
-                let n = op.len * op.dtype.size_bytes().unwrap();
-                let s = |p: *mut c_void| if n == 0 { &[][..] } else { std::slice::from_raw_parts(p as *const u8, n) };
-                let o = if n == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(out.data as *mut u8, n) };
-                op.run_cpu(s(a.data), s(b.data), o)
-            }
+            PLATFORM_CPU => run_simple_add_cpu(op, a.data, b.data, out.data),
             other => Err(Error::invalid(format!("unknown platform {other}"))),
         }
     })

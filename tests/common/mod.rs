@@ -6,7 +6,7 @@
 use half::{bf16, f16};
 use rand::prelude::*;
 use xla_gpu_kernels::host::dtype::TensorRef;
-use xla_gpu_kernels::host::ops::paged_attention::PagedAttention;
+use xla_gpu_kernels::host::ops::paged_attention::{run_cpu, PagedAttention};
 use xla_gpu_kernels::host::DType;
 
 /// Decodes fp8 by its definition (sign, biased exponent, mantissa), independently of the library.
@@ -215,6 +215,23 @@ impl Case {
             self.attributes(),
         )
         .unwrap()
+    }
+
+    /// The CPU implementation's output, computed into a poisoned buffer.
+    pub fn cpu_output(&self) -> Vec<u8> {
+        let mut out = vec![0xABu8; self.out_bytes()];
+        run_cpu(
+            &self.spec(),
+            &self.q,
+            &self.kv,
+            &self.kv_lens,
+            &self.page_indices,
+            &self.cu_q_lens,
+            &[self.num_seqs],
+            &mut out,
+        )
+        .unwrap();
+        out
     }
 
     /// Valid rows (`cu_q_lens[num_seqs]`).

@@ -444,6 +444,37 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub mod testing {
     use super::*;
 
+    fn empty_args() -> Args {
+        Args {
+            struct_size: 40,
+            extension_start: std::ptr::null_mut(),
+            size: 0,
+            types: std::ptr::null(),
+            args: std::ptr::null(),
+        }
+    }
+
+    /// A call frame for the execute stage with no arguments, results or attributes.
+    fn empty_frame(extension_start: *mut ExtensionBase, api: *const Api) -> CallFrame {
+        CallFrame {
+            struct_size: CALL_FRAME_STRUCT_SIZE,
+            extension_start,
+            api,
+            ctx: std::ptr::null_mut(),
+            stage: STAGE_EXECUTE,
+            args: empty_args(),
+            rets: empty_args(),
+            attrs: Attrs {
+                struct_size: 48,
+                extension_start: std::ptr::null_mut(),
+                size: 0,
+                types: std::ptr::null(),
+                names: std::ptr::null(),
+                attrs: std::ptr::null(),
+            },
+        }
+    }
+
     /// Owns everything a synthetic call frame points to. Boxed elements: the frame holds pointers
     /// to them, which must not move when the vectors grow.
     #[allow(clippy::vec_box)]
@@ -507,30 +538,7 @@ pub mod testing {
                 handler_register: std::ptr::null(),
                 stream_get: None,
             });
-            let empty = || Args {
-                struct_size: 40,
-                extension_start: std::ptr::null_mut(),
-                size: 0,
-                types: std::ptr::null(),
-                args: std::ptr::null(),
-            };
-            let frame = Box::new(CallFrame {
-                struct_size: CALL_FRAME_STRUCT_SIZE,
-                extension_start: std::ptr::null_mut(),
-                api: std::ptr::null(),
-                ctx: std::ptr::null_mut(),
-                stage: STAGE_EXECUTE,
-                args: empty(),
-                rets: empty(),
-                attrs: Attrs {
-                    struct_size: 48,
-                    extension_start: std::ptr::null_mut(),
-                    size: 0,
-                    types: std::ptr::null(),
-                    names: std::ptr::null(),
-                    attrs: std::ptr::null(),
-                },
-            });
+            let frame = Box::new(empty_frame(std::ptr::null_mut(), std::ptr::null()));
             FrameBuilder {
                 buffers: vec![],
                 dims: vec![],
@@ -650,30 +658,7 @@ pub mod testing {
             },
             metadata: &mut *md,
         });
-        let empty = || Args {
-            struct_size: 40,
-            extension_start: std::ptr::null_mut(),
-            size: 0,
-            types: std::ptr::null(),
-            args: std::ptr::null(),
-        };
-        let frame = Box::new(CallFrame {
-            struct_size: CALL_FRAME_STRUCT_SIZE,
-            extension_start: &mut ext.extension_base,
-            api,
-            ctx: std::ptr::null_mut(),
-            stage: STAGE_EXECUTE,
-            args: empty(),
-            rets: empty(),
-            attrs: Attrs {
-                struct_size: 48,
-                extension_start: std::ptr::null_mut(),
-                size: 0,
-                types: std::ptr::null(),
-                names: std::ptr::null(),
-                attrs: std::ptr::null(),
-            },
-        });
+        let frame = Box::new(empty_frame(&mut ext.extension_base, api));
         (frame, ext, md)
     }
 }

@@ -45,9 +45,17 @@ pub unsafe fn simple_add_cuda(kernels: &KernelModule, frame: *mut ffi::CallFrame
 pub unsafe fn simple_add_host(frame: *mut ffi::CallFrame) -> *mut FfiError {
     ffi::handle(frame, |call| {
         let (op, [a, b, out]) = simple_add_from_call(call)?;
-        let bytes = op.len * op.dtype.size_bytes().unwrap();
-        op.run_cpu(host_bytes(a.data, bytes), host_bytes(b.data, bytes), host_bytes_mut(out.data, bytes))
+        run_simple_add_cpu(op, a.data, b.data, out.data)
     })
+}
+
+/// Runs the CPU simple_add over host pointers.
+///
+/// # Safety
+/// `a`, `b` and `out` must be host allocations of `op.len` elements of `op.dtype`.
+pub unsafe fn run_simple_add_cpu(op: SimpleAdd, a: *mut c_void, b: *mut c_void, out: *mut c_void) -> Result<()> {
+    let bytes = op.len * op.dtype.size_bytes().unwrap();
+    op.run_cpu(host_bytes(a, bytes), host_bytes(b, bytes), host_bytes_mut(out, bytes))
 }
 
 fn simple_add_from_opaque(opaque: &[u8]) -> Result<SimpleAdd> {
