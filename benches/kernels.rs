@@ -188,7 +188,11 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
         };
         let kv_bytes: usize = batch.seqs.iter().map(|s| s.1 * KV_TOKEN_BYTES).sum();
         g.throughput(Throughput::Bytes((kv_bytes + 2 * tokens * HEADS * DIM * 2) as u64));
-        for (label, kernel) in [("tensor_core", KernelChoice::TensorCore), ("general", KernelChoice::General)] {
+        for (label, kernel) in [
+            ("pipelined", KernelChoice::Pipelined),
+            ("tensor_core", KernelChoice::TensorCore),
+            ("general", KernelChoice::General),
+        ] {
             g.bench_function(BenchmarkId::new(label, batch.name), |b| {
                 b.iter_custom(|iters| {
                     time_gpu(stream, iters, || {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine, from the repository root, with .gpu/ carried (scripts/stage_gpu.sh).
-# Logs go to $OUT; a summary table is printed last.
+# Logs go to $OUT; a summary table is printed last. XGK_BENCH=0 skips the criterion benchmarks,
+# XGK_SANITIZE=0 the compute-sanitizer runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/xgk-out}; mkdir -p "$OUT"
 export XLA_GPU_KERNELS_LIB=$PWD/.gpu/libxla_gpu_kernels.so PYTHONUNBUFFERED=1
@@ -13,9 +14,14 @@ step() { # name, command...
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -c 'import jax, torch; print("jax", jax.__version__, "torch", torch.__version__, torch.version.cuda)'; } > "$OUT/device.txt" 2>&1
 step rust_gpu .gpu/bin/gpu --include-ignored --test-threads=1 --nocapture
-step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata
+if [ "${XGK_SANITIZE:-1}" = 1 ]; then
+  # Every tool over the invalid-metadata cases (all kernels, small enough for racecheck).
+  for tool in memcheck racecheck synccheck initcheck; do
+    step "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata
+  done
+fi
 step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py
 step torch python3 -m pytest -q -s tests/python/test_torch.py tests/python/test_examples.py
 [ "${XGK_BENCH:-1}" = 1 ] && step bench .gpu/bin/kernels --bench --noplot
-cat "$OUT/device.txt"; grep -h "worst\|cases" "$OUT"/rust_gpu.log "$OUT"/jax_gpu.log | sort -u | head -40
+cat "$OUT/device.txt"; grep -h "worst\|cases\|passed" "$OUT"/rust_gpu.log "$OUT"/jax_gpu.log | sort -u | head -40
 printf '%s\n' "${summary[@]}"

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
-use xla_gpu_kernels::host::ops::paged_attention::{launch_cuda_with, tensor_core_applies, DeviceBuffers, KernelChoice};
+use xla_gpu_kernels::host::ops::paged_attention::{
+    launch_cuda_with, pipelined_applies, tensor_core_applies, DeviceBuffers, KernelChoice,
+};
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
@@ -74,12 +76,15 @@ fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
     }
 }
 
-/// The kernels that apply to a case: always the general one, and the tensor-core one where it
-/// applies (every device these tests run on is sm_80+).
+/// The kernels that apply to a case: always the general one, and the tensor-core and pipelined
+/// ones where they apply (every device these tests run on is sm_80+).
 fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     let mut k = vec![KernelChoice::General];
     if tensor_core_applies(&case.spec(), 90) {
         k.push(KernelChoice::TensorCore);
+    }
+    if pipelined_applies(&case.spec(), 90) {
+        k.push(KernelChoice::Pipelined);
     }
     k
 }
@@ -190,6 +195,62 @@ fn paged_attention_matches_cpu_over_the_feature_matrix() {
         println!("worst |gpu - cpu| {k}: {v:.3e}");
     }
     println!("{count} feature-matrix kernel runs passed");
+}
+
+/// The pipelined kernel over what it covers (f16/bf16, head_dim 64/128): decode, prefill and
+/// chunked rows, every page size, MHA/GQA/MQA, windows, soft caps, custom mask values, and
+/// contexts long enough to split (split and tile boundaries anywhere, invalid-free pages only).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pipelined_kernel_matches_cpu() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let page_sizes = [1, 3, 8, 16, 32, 64, 128, 256];
+    let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4), (1, 32)];
+    let mut worst = 0.0f64;
+    let mut count = 0;
+    for i in 0..48 {
+        let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let head_dim = if i % 3 == 0 { 64 } else { 128 };
+        let page_size = page_sizes[i % page_sizes.len()];
+        let (nkv, group) = heads[i % heads.len()];
+        let seqs: Vec<(usize, usize)> = (0..rng.gen_range(1..6))
+            .map(|_| {
+                let kv_len = match rng.gen_range(0..4) {
+                    0 => rng.gen_range(1..65),
+                    1 => rng.gen_range(65..700),
+                    2 => rng.gen_range(700..6000),
+                    _ => rng.gen_range(6000..20000),
+                };
+                let q_len = match rng.gen_range(0..4) {
+                    0 | 1 => 1,
+                    2 => kv_len.min(24),
+                    _ => rng.gen_range(1..=kv_len.min(8)),
+                };
+                // Bounds the CPU reference's work on long contexts.
+                (if kv_len > 2000 { q_len.min(2) } else { q_len }, kv_len)
+            })
+            .collect();
+        let pad = rng.gen_range(0..3);
+        let mut case = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        match i % 6 {
+            1 => case.sliding_window = Some(rng.gen_range(1..3000)),
+            2 => case.soft_cap = Some(rng.gen_range(5.0..50.0)),
+            3 => case.mask_value = Some(-2.0),
+            4 => {
+                case.sliding_window = Some(rng.gen_range(1..100));
+                case.soft_cap = Some(30.0);
+            }
+            _ => {}
+        }
+        assert!(pipelined_applies(&case.spec(), 90));
+        let label = format!("case {i}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
+        let err = compare(&case, &run_gpu(&stream, &case, KernelChoice::Pipelined), &case.cpu_output(), &label);
+        worst = worst.max(err);
+        count += 1;
+    }
+    println!("worst |gpu - cpu| Pipelined (48 cases): {worst:.3e}");
+    println!("{count} pipelined-kernel cases passed");
 }
 
 #[test]

@@ -50,7 +50,10 @@ pub struct KernelModule {
 pub struct ContextModule {
     context: CUcontext,
     module: CUmodule,
-    functions: Mutex<HashMap<&'static str, usize>>,
+    /// Kernel handle and the dynamic shared memory it has been allowed, by name.
+    functions: Mutex<HashMap<&'static str, (usize, u32)>>,
+    /// Resident blocks per multiprocessor, by (kernel, threads, dynamic shared bytes).
+    occupancy: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     /// Streaming multiprocessors of the context's device (sizes split-KV grids).
     pub multiprocessors: u32,
     /// Compute capability as `major * 10 + minor`.
@@ -111,6 +114,7 @@ impl KernelModule {
             context,
             module,
             functions: Mutex::new(HashMap::new()),
+            occupancy: Mutex::new(HashMap::new()),
             multiprocessors,
             compute_capability: major * 10 + minor,
         });
@@ -122,16 +126,64 @@ impl KernelModule {
 impl ContextModule {
     /// The kernel called `name` (cached after the first lookup).
     pub fn function(&self, name: &'static str) -> Result<CUfunction> {
+        self.function_with_shared(name, 0)
+    }
+
+    /// The kernel called `name`, allowed `shared_bytes` of dynamic shared memory (above 48 KiB a
+    /// kernel must opt in with `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; done once per
+    /// kernel and size, not per launch).
+    pub fn function_with_shared(&self, name: &'static str, shared_bytes: u32) -> Result<CUfunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&f) = functions.get(name) {
-            return Ok(f as CUfunction);
+        let entry = match functions.get(name) {
+            Some(&entry) => entry,
+            None => {
+                let cname = CString::new(name).map_err(|_| Error::invalid("kernel name contains NUL"))?;
+                let _guard = ContextGuard::push(self.context)?;
+                // SAFETY: module is loaded and never unloaded.
+                let f = unsafe { cu::module::get_function(self.module, cname) }
+                    .map_err(|e| Error::cuda("cuModuleGetFunction", e))?;
+                (f as usize, 48 * 1024)
+            }
+        };
+        let (f, mut allowed) = entry;
+        if shared_bytes > allowed {
+            let _guard = ContextGuard::push(self.context)?;
+            // SAFETY: `f` is a live function of this context's module.
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    f as CUfunction,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            }
+            .result()
+            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))?;
+            allowed = shared_bytes;
         }
-        let cname = CString::new(name).map_err(|_| Error::invalid("kernel name contains NUL"))?;
-        // SAFETY: module is loaded and never unloaded.
-        let f = unsafe { cu::module::get_function(self.module, cname) }
-            .map_err(|e| Error::cuda("cuModuleGetFunction", e))?;
-        functions.insert(name, f as usize);
-        Ok(f)
+        functions.insert(name, (f, allowed));
+        Ok(f as CUfunction)
+    }
+
+    /// How many blocks of `kernel` (with `threads` threads and `shared_bytes` of dynamic shared
+    /// memory) one multiprocessor holds at once, as the driver computes it from the kernel's
+    /// registers and shared memory. Cached per (kernel, threads, shared bytes).
+    pub fn resident_blocks(&self, kernel: &'static str, threads: u32, shared_bytes: u32) -> Result<u32> {
+        let key = (kernel, threads, shared_bytes);
+        if let Some(&n) = self.occupancy.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(n);
+        }
+        let f = self.function_with_shared(kernel, shared_bytes)?;
+        let _guard = ContextGuard::push(self.context)?;
+        let mut blocks = 0i32;
+        // SAFETY: out-pointer to a local; `f` is a live function of this context.
+        unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, f, threads as i32, shared_bytes as usize)
+        }
+        .result()
+        .map_err(|e| Error::cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+        let n = blocks.max(1) as u32;
+        self.occupancy.lock().unwrap_or_else(|e| e.into_inner()).insert(key, n);
+        Ok(n)
     }
 
     /// Enqueues `kernel` on `stream`.
@@ -147,17 +199,8 @@ impl ContextModule {
         cfg: LaunchConfig,
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        let f = self.function(kernel)?;
+        let f = self.function_with_shared(kernel, cfg.shared_bytes)?;
         let _guard = ContextGuard::push(self.context)?;
-        if cfg.shared_bytes > 48 * 1024 {
-            sys::cuFuncSetAttribute(
-                f,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.shared_bytes as i32,
-            )
-            .result()
-            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))?;
-        }
         cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
             .map_err(|e| Error::cuda("cuLaunchKernel", e))
     }

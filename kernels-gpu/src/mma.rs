@@ -69,3 +69,57 @@ macro_rules! mma_impl {
 
 mma_impl!(Bf16, "cvt.rn.bf16x2.f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
 mma_impl!(f16, "cvt.rn.f16x2.f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
+
+/// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`: loads four 8x8 matrices of 16-bit elements from
+/// shared memory. Lanes `8i..8i+8` give the addresses of matrix `i`'s eight 16-byte rows; lane `l`
+/// receives, in register `i`, elements `(row l/4, cols 2(l%4), 2(l%4)+1)` of matrix `i`: an mma
+/// A or B fragment when the rows are the fragment's rows (A) or columns (B).
+///
+/// # Safety
+/// Every lane of the warp must execute it, each with a 16-byte aligned shared-memory address
+/// (see [`crate::shared::shared_address`]) of 16 readable bytes written before (and made visible
+/// by a barrier where other threads wrote them).
+#[inline(always)]
+pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
+    ldmatrix_x4_impl::<false>(addr)
+}
+
+/// [`ldmatrix_x4`] with `.trans`: lane `l` receives elements `(rows 2(l%4), 2(l%4)+1; col l/4)` of
+/// each matrix, i.e. the B fragment of a matrix stored row-major as `[k][n]` (V stored
+/// `[key][dim]` for `O = P V`).
+///
+/// # Safety
+/// As [`ldmatrix_x4`].
+#[inline(always)]
+pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
+    ldmatrix_x4_impl::<true>(addr)
+}
+
+#[inline(always)]
+unsafe fn ldmatrix_x4_impl<const TRANS: bool>(addr: u32) -> [u32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (r0, r1, r2, r3): (u32, u32, u32, u32);
+        // Reads shared memory written by cp.async behind the compiler's back: `readonly`, not
+        // `nomem`, so it stays after the waits and barriers that publish that memory.
+        if TRANS {
+            core::arch::asm!(
+                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{}, {}, {}, {}}}, [{}];",
+                out(reg32) r0, out(reg32) r1, out(reg32) r2, out(reg32) r3, in(reg32) addr,
+                options(readonly, nostack),
+            );
+        } else {
+            core::arch::asm!(
+                "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{}, {}, {}, {}}}, [{}];",
+                out(reg32) r0, out(reg32) r1, out(reg32) r2, out(reg32) r3, in(reg32) addr,
+                options(readonly, nostack),
+            );
+        }
+        [r0, r1, r2, r3]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = addr;
+        crate::gpu_only!("ldmatrix_x4")
+    }
+}

@@ -18,3 +18,23 @@ pub unsafe fn dynamic_shared_mem<T>() -> *mut T {
     #[cfg(not(target_arch = "nvptx64"))]
     crate::gpu_only!("dynamic_shared_mem")
 }
+
+/// The shared-state-space address (what `cp.async`, `ldmatrix` and `ld.shared` take) of a generic
+/// pointer into shared memory (`__cvta_generic_to_shared`).
+///
+/// # Safety
+/// `ptr` must point into this block's shared memory.
+#[inline(always)]
+pub unsafe fn shared_address<T>(ptr: *const T) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let addr: u64;
+        core::arch::asm!("cvta.to.shared.u64 {}, {};", out(reg64) addr, in(reg64) ptr, options(pure, nomem, nostack));
+        addr as u32
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = ptr;
+        crate::gpu_only!("shared_address")
+    }
+}

@@ -72,3 +72,30 @@ pub fn warp_max_f32(mut value: f32) -> f32 {
     }
     value
 }
+
+/// `__ballot_sync(FULL_MASK, predicate)`: bit `l` is set when lane `l`'s predicate is true.
+///
+/// Every lane of the warp must execute the same call.
+#[inline(always)]
+pub fn warp_ballot(predicate: bool) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let bits: u32;
+        let p = predicate as u32;
+        // SAFETY: vote.sync over the full warp, which the caller's contract guarantees.
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {p}, 0; vote.sync.ballot.b32 {bits}, p, 0xffffffff; }}",
+                bits = out(reg32) bits, p = in(reg32) p,
+                // Not `pure`: a warp-collective must not be speculated or merged.
+                options(nomem, nostack),
+            )
+        };
+        bits
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = predicate;
+        crate::gpu_only!("warp_ballot")
+    }
+}

@@ -21,7 +21,7 @@ use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 
 use super::paged_attention::{
-    attention_kernels, key_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_WARPS,
+    attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, RPA_WARPS,
 };
 use super::unroll;
 
@@ -68,16 +68,126 @@ unsafe fn v_elem<KV: KvElement>(row: Option<*const KV>, dim: usize, p: &RpaParam
     }
 }
 
+/// Maximum over the 4 lanes of a quad (the lanes holding one row of an mma accumulator).
 #[inline(always)]
-fn quad_max(v: f32) -> f32 {
+pub(crate) fn quad_max(v: f32) -> f32 {
     let v = max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 1, WARP_SIZE).0);
     max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 2, WARP_SIZE).0)
 }
 
+/// Sum over the 4 lanes of a quad.
 #[inline(always)]
-fn quad_sum(v: f32) -> f32 {
+pub(crate) fn quad_sum(v: f32) -> f32 {
     let v = v + warp_shuffle_xor_f32(FULL_MASK, v, 1, WARP_SIZE).0;
     v + warp_shuffle_xor_f32(FULL_MASK, v, 2, WARP_SIZE).0
+}
+
+/// The block's query heads as the A operand of `S = Q Kᵀ` (tile rows are heads `h0 + row`; rows
+/// at or past `hc` stay zero), `KSTEPS` k-steps of 16 head dims.
+#[inline(always)]
+pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize>(
+    ptr: &RpaPointers<Q, KV>,
+    p: &RpaParams,
+    blk: &Block,
+) -> [[u32; 4]; KSTEPS] {
+    let lane = lane_id() as usize;
+    let (gq, cq) = (lane / 4, lane % 4);
+    let d = p.head_dim as usize;
+    let mut qa = [[0u32; 4]; KSTEPS];
+    let q_row = |r: usize| ptr.q.add((blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + r) * d);
+    unroll::<KSTEPS>(|k| {
+        let col = k * 16 + 2 * cq;
+        if gq < blk.hc {
+            qa[k][0] = *(q_row(gq).add(col) as *const u32);
+            qa[k][2] = *(q_row(gq).add(col + 8) as *const u32);
+        }
+        if gq + 8 < blk.hc {
+            qa[k][1] = *(q_row(gq + 8).add(col) as *const u32);
+            qa[k][3] = *(q_row(gq + 8).add(col + 8) as *const u32);
+        }
+    });
+    qa
+}
+
+/// A raw `q · k` accumulator element turned into the contract's logit for key `j`: scaled, soft
+/// capped, and offset by `mask_value` when masked keys are visited and `j` is masked.
+#[inline(always)]
+pub(crate) fn finish_logit(raw: f32, j: u32, blk: &Block, p: &RpaParams) -> f32 {
+    let mut x = raw * p.sm_scale;
+    if p.soft_cap != 0.0 {
+        x = p.soft_cap * tanh(x / p.soft_cap);
+    }
+    if p.include_masked != 0 && !blk.window.visible(j) {
+        x += p.mask_value;
+    }
+    x
+}
+
+/// One online-softmax step over a 16-key run: `s` holds the run's logits as two n-tiles of
+/// accumulator fragments (absent keys -inf); updates the running max `m`, this lane's share of the
+/// sum `l` and rescales `o` for rows `g` and `g + 8`; returns P (rounded to q's dtype, as the
+/// reference rounds probabilities to the value dtype) as the A operand of `O += P V`.
+#[inline(always)]
+pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
+    s: &[[f32; 4]; 2],
+    m: &mut [f32; 2],
+    l: &mut [f32; 2],
+    o: &mut [[f32; 4]; NTILES],
+) -> [u32; 4] {
+    let mut pa = [0u32; 4];
+    unroll::<2>(|ri| {
+        let local = max_f32(max_f32(s[0][2 * ri], s[0][2 * ri + 1]), max_f32(s[1][2 * ri], s[1][2 * ri + 1]));
+        let m_new = max_f32(m[ri], quad_max(local));
+        // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
+        let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+        let corr = exp2_approx((m[ri] - m_ref) * LOG2_E);
+        m[ri] = m_new;
+        l[ri] *= corr;
+        unroll::<NTILES>(|nt| {
+            o[nt][2 * ri] *= corr;
+            o[nt][2 * ri + 1] *= corr;
+        });
+        let mut w = [[0.0f32; 2]; 2];
+        unroll::<2>(|nt| {
+            unroll::<2>(|c| {
+                w[nt][c] = exp2_approx((s[nt][2 * ri + c] - m_ref) * LOG2_E);
+                l[ri] += w[nt][c];
+            })
+        });
+        pa[ri] = Q::pack2(w[0][0], w[0][1]);
+        pa[2 + ri] = Q::pack2(w[1][0], w[1][1]);
+    });
+    pa
+}
+
+/// Hands a warp's `(m, l, O)` of rows `g` and `g + 8` to [`merge_warps_and_store`]: shared layout
+/// `[warp][row][2 + head_dim]` f32. The caller synchronizes the block before (nothing else may
+/// still use that shared memory) and after.
+#[inline(always)]
+pub(crate) unsafe fn store_warp_state<const NTILES: usize>(
+    smem: *mut f32,
+    head_dim: usize,
+    m: &[f32; 2],
+    l: &[f32; 2],
+    o: &[[f32; 4]; NTILES],
+) {
+    let lane = lane_id() as usize;
+    let warp = thread_idx_x() as usize / WARP_SIZE as usize;
+    let (gq, cq) = (lane / 4, lane % 4);
+    let stride = 2 + head_dim;
+    unroll::<2>(|ri| {
+        let sum = quad_sum(l[ri]);
+        let row = smem.add((warp * MMA_HEADS_PER_BLOCK as usize + gq + 8 * ri) * stride);
+        if cq == 0 {
+            *row = m[ri];
+            *row.add(1) = sum;
+        }
+        unroll::<NTILES>(|nt| {
+            let dim = nt * 8 + 2 * cq;
+            *row.add(2 + dim) = o[nt][2 * ri];
+            *row.add(3 + dim) = o[nt][2 * ri + 1];
+        });
+    });
 }
 
 #[inline(always)]
@@ -90,22 +200,7 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
     let (gq, cq) = (lane / 4, lane % 4);
     let d = p.head_dim as usize;
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
-    let hc = blk.hc;
-
-    // Q as the A operand: rows are the chunk's query heads (rows >= hc stay zero).
-    let mut qa = [[0u32; 4]; KSTEPS];
-    let q_row = |r: usize| ptr.q.add((blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + r) * d);
-    unroll::<KSTEPS>(|k| {
-        let col = k * 16 + 2 * cq;
-        if gq < hc {
-            qa[k][0] = *(q_row(gq).add(col) as *const u32);
-            qa[k][2] = *(q_row(gq).add(col + 8) as *const u32);
-        }
-        if gq + 8 < hc {
-            qa[k][1] = *(q_row(gq + 8).add(col) as *const u32);
-            qa[k][3] = *(q_row(gq + 8).add(col + 8) as *const u32);
-        }
-    });
+    let qa = load_q_fragments::<Q, KV, KSTEPS>(&ptr, &p, &blk);
 
     let mut o = [[0.0f32; 4]; NTILES];
     // Running max and (this lane's share of the) sum for rows gq and gq + 8.
@@ -134,41 +229,12 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
         unroll::<2>(|nt| {
             unroll::<4>(|e| {
                 let j = base + (nt * 8 + 2 * cq + (e & 1)) as u32;
-                let mut x = s[nt][e] * p.sm_scale;
-                if p.soft_cap != 0.0 {
-                    x = p.soft_cap * tanh(x / p.soft_cap);
-                }
-                if p.include_masked != 0 && !blk.window.visible(j) {
-                    x += p.mask_value;
-                }
-                s[nt][e] = if key_ok(j) { x } else { f32::NEG_INFINITY };
+                s[nt][e] = if key_ok(j) { finish_logit(s[nt][e], j, &blk, &p) } else { f32::NEG_INFINITY };
             })
         });
 
         // Online softmax per row; P packed as the A operand of P·V.
-        let mut pa = [0u32; 4];
-        unroll::<2>(|ri| {
-            let local = max_f32(max_f32(s[0][2 * ri], s[0][2 * ri + 1]), max_f32(s[1][2 * ri], s[1][2 * ri + 1]));
-            let m_new = max_f32(m[ri], quad_max(local));
-            // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
-            let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-            let corr = exp2_approx((m[ri] - m_ref) * LOG2_E);
-            m[ri] = m_new;
-            l[ri] *= corr;
-            unroll::<NTILES>(|nt| {
-                o[nt][2 * ri] *= corr;
-                o[nt][2 * ri + 1] *= corr;
-            });
-            let mut w = [[0.0f32; 2]; 2];
-            unroll::<2>(|nt| {
-                unroll::<2>(|c| {
-                    w[nt][c] = exp2_approx((s[nt][2 * ri + c] - m_ref) * LOG2_E);
-                    l[ri] += w[nt][c];
-                })
-            });
-            pa[ri] = Q::pack2(w[0][0], w[0][1]);
-            pa[2 + ri] = Q::pack2(w[1][0], w[1][1]);
-        });
+        let pa = online_softmax_step::<Q, NTILES>(&s, &mut m, &mut l, &mut o);
 
         // O += P V: this lane reads dims nt*8 + gq of keys base + 2cq + {0, 1, 8, 9}.
         let mut v_rows: [Option<*const KV>; 4] = [None; 4];
@@ -190,23 +256,10 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
     }
 
     // Hand (m, l, O) of rows gq and gq + 8 to the shared merge: layout [warp][row][2 + d].
-    let stride = 2 + d;
     let smem = dynamic_shared_mem::<f32>();
-    unroll::<2>(|ri| {
-        let sum = quad_sum(l[ri]);
-        let row = smem.add((warp as usize * MMA_HEADS_PER_BLOCK as usize + gq + 8 * ri) * stride);
-        if cq == 0 {
-            *row = m[ri];
-            *row.add(1) = sum;
-        }
-        unroll::<NTILES>(|nt| {
-            let dim = nt * 8 + 2 * cq;
-            *row.add(2 + dim) = o[nt][2 * ri];
-            *row.add(3 + dim) = o[nt][2 * ri + 1];
-        });
-    });
+    store_warp_state::<NTILES>(smem, d, &m, &l, &o);
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, stride);
+    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + d);
 }
 
 /// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.

@@ -4,6 +4,9 @@ use std::ffi::c_void;
 
 use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
+use kernels_gpu::kernels::paged_attention_pipelined::{
+    pipelined_shared_bytes, pipelined_supports_head_dim, PIPE_TILE_KEYS,
+};
 
 use super::PagedAttention;
 use crate::dtype::DType;
@@ -33,8 +36,9 @@ const MAX_SPLITS: u32 = 256;
 /// each: about 8 fit), so loads from enough warps are in flight to cover memory latency.
 const TARGET_BLOCKS_PER_SM: u64 = 8;
 
-/// Splits per (row, KV head) and keys per split, from static shapes only (the device metadata is
-/// not readable without a sync). Split when the row × head blocks are too few to fill the GPU.
+/// Splits per (row, KV head) and keys per split for the direct-load kernels, from static shapes
+/// only (the device metadata is not readable without a sync). Split when the row × head blocks
+/// are too few to fill the GPU.
 pub fn choose_splits(blocks_per_split: u64, max_keys: u32, multiprocessors: u32) -> (u32, u32) {
     let target = TARGET_BLOCKS_PER_SM * multiprocessors.max(1) as u64;
     let max_keys = max_keys.max(1);
@@ -46,6 +50,36 @@ pub fn choose_splits(blocks_per_split: u64, max_keys: u32, multiprocessors: u32)
     };
     let split_len = max_keys.div_ceil(splits).next_multiple_of(RPA_WARPS);
     (max_keys.div_ceil(split_len), split_len)
+}
+
+/// A block's fixed cost (resolving its row, filling the pipeline) in keys' worth of streaming.
+const BLOCK_OVERHEAD_KEYS: u64 = 64;
+/// The split merge kernel's cost, in keys' worth of one block's streaming.
+const MERGE_OVERHEAD_KEYS: u64 = 96;
+/// Fewest keys per split of the pipelined kernel (four pipeline tiles).
+const MIN_PIPELINED_SPLIT: u32 = 4 * PIPE_TILE_KEYS;
+
+/// Splits and keys per split for the pipelined kernel: the split count whose grid, run in waves
+/// of `slots` resident blocks, finishes first by a simple model: every block streams its split at
+/// the same rate, so time ~ waves × (split length + a block's fixed cost), plus the merge when
+/// there is more than one split. Splits are whole pipeline tiles. Static shapes only.
+pub fn choose_splits_by_waves(blocks_per_split: u64, max_keys: u32, slots: u64) -> (u32, u32) {
+    let max_keys = max_keys.max(1);
+    let blocks_per_split = blocks_per_split.max(1);
+    let slots = slots.max(1);
+    let most = (max_keys / MIN_PIPELINED_SPLIT).clamp(1, MAX_SPLITS);
+    let mut best = (u64::MAX, 1, max_keys.next_multiple_of(PIPE_TILE_KEYS));
+    for wanted in 1..=most {
+        let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
+        let splits = max_keys.div_ceil(split_len);
+        let waves = (blocks_per_split * splits as u64).div_ceil(slots);
+        let merge = if splits > 1 { MERGE_OVERHEAD_KEYS } else { 0 };
+        let cost = waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge;
+        if cost < best.0 {
+            best = (cost, splits, split_len);
+        }
+    }
+    (best.1, best.2)
 }
 
 fn dtype_tag(dtype: DType) -> &'static str {
@@ -62,13 +96,37 @@ fn dtype_tag(dtype: DType) -> &'static str {
 /// Which attention kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KernelChoice {
-    /// Tensor cores where they apply (f16/bf16 q, head_dim <= 128, sm_80+), else the general kernel.
+    /// The fastest kernel that applies: pipelined, else tensor cores, else the general kernel.
     #[default]
     Auto,
     /// The general (CUDA-core) kernel: every dtype and head_dim.
     General,
-    /// The tensor-core kernel; an error where it does not apply.
+    /// The direct-load tensor-core kernel; an error where it does not apply.
     TensorCore,
+    /// The `cp.async`-pipelined tensor-core kernel; an error where it does not apply.
+    Pipelined,
+}
+
+/// Environment variable that overrides [`KernelChoice::Auto`] (benchmarks compare the kernels in
+/// one process): `auto`, `general`, `mma` or `pipelined`.
+pub const KERNEL_ENV_VAR: &str = "XGK_RPA_KERNEL";
+
+impl KernelChoice {
+    /// The choice named by [`KERNEL_ENV_VAR`], or `Auto` when it is unset.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(KERNEL_ENV_VAR) {
+            Err(_) => Ok(KernelChoice::Auto),
+            Ok(v) => match v.as_str() {
+                "" | "auto" => Ok(KernelChoice::Auto),
+                "general" => Ok(KernelChoice::General),
+                "mma" => Ok(KernelChoice::TensorCore),
+                "pipelined" => Ok(KernelChoice::Pipelined),
+                other => Err(crate::Error::invalid(format!(
+                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma or pipelined"
+                ))),
+            },
+        }
+    }
 }
 
 /// Whether the tensor-core kernel covers `spec` on a device of compute capability `cc`.
@@ -76,16 +134,26 @@ pub fn tensor_core_applies(spec: &PagedAttention, cc: u32) -> bool {
     matches!(spec.q_dtype, DType::F16 | DType::BF16) && mma_supports_head_dim(spec.head_dim) && cc >= 80
 }
 
-/// Name of the attention kernel for a problem, as exported by the PTX: `rpa_mma_<q>_<kv>_d<D>`
-/// (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
-pub fn kernel_name(spec: &PagedAttention, tensor_core: bool) -> &'static str {
+/// Whether the pipelined kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype, head
+/// dim 64 or 128, sm_80+ (`cp.async`, `ldmatrix`).
+pub fn pipelined_applies(spec: &PagedAttention, cc: u32) -> bool {
+    matches!(spec.q_dtype, DType::F16 | DType::BF16)
+        && spec.kv_dtype == spec.q_dtype
+        && !spec.kv_scaled()
+        && pipelined_supports_head_dim(spec.head_dim)
+        && cc >= 80
+}
+
+/// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_d<D>`
+/// (pipelined), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
+pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
-    let name = if tensor_core {
-        format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim)
-    } else {
-        format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane())
+    let name = match kernel {
+        KernelChoice::Pipelined => format!("rpa_pipe_{q}_d{}", spec.head_dim),
+        KernelChoice::TensorCore => format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim),
+        _ => format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane()),
     };
-    // 27 possible names; leaking each once keeps the function cache keyed by &'static str.
+    // A few dozen possible names; leaking each once keeps the function cache keyed by &'static str.
     intern(name)
 }
 
@@ -114,7 +182,7 @@ pub unsafe fn launch_cuda(
     spec: &PagedAttention,
     bufs: DeviceBuffers,
 ) -> Result<()> {
-    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::Auto)
+    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::from_env()?)
 }
 
 /// [`launch_cuda`] with an explicit kernel choice (tests and benchmarks compare both kernels).
@@ -143,23 +211,44 @@ pub unsafe fn launch_cuda_with(
         return Ok(());
     }
     let module = kernels.for_stream(stream)?;
-    let applies = tensor_core_applies(spec, module.compute_capability);
-    let tensor_core = match choice {
-        KernelChoice::Auto => applies,
-        KernelChoice::General => false,
+    let cc = module.compute_capability;
+    let kernel = match choice {
+        KernelChoice::Auto if pipelined_applies(spec, cc) => KernelChoice::Pipelined,
+        KernelChoice::Auto if tensor_core_applies(spec, cc) => KernelChoice::TensorCore,
+        KernelChoice::Auto => KernelChoice::General,
         KernelChoice::TensorCore => {
-            ensure!(applies, "the tensor-core kernel needs f16/bf16 q, head_dim <= 128 (multiple of 16) and sm_80+");
-            true
+            ensure!(
+                tensor_core_applies(spec, cc),
+                "the tensor-core kernel needs f16/bf16 q, head_dim <= 128 (multiple of 16) and sm_80+"
+            );
+            KernelChoice::TensorCore
         }
+        KernelChoice::Pipelined => {
+            ensure!(
+                pipelined_applies(spec, cc),
+                "the pipelined kernel needs f16/bf16 q, unscaled KV of q's dtype, head_dim 64 or 128 and sm_80+"
+            );
+            KernelChoice::Pipelined
+        }
+        KernelChoice::General => KernelChoice::General,
     };
-    let dpl = spec.dims_per_lane();
+    let name = kernel_name(spec, kernel);
     let group = spec.num_q_heads / spec.num_kv_heads;
-    let heads_per_block = if tensor_core { MMA_HEADS_PER_BLOCK } else { HEADS_PER_BLOCK };
+    let (heads_per_block, shared_bytes) = match kernel {
+        KernelChoice::Pipelined => (MMA_HEADS_PER_BLOCK, pipelined_shared_bytes(spec.head_dim)),
+        KernelChoice::TensorCore => (MMA_HEADS_PER_BLOCK, mma_shared_bytes(spec.head_dim)),
+        _ => (HEADS_PER_BLOCK, rpa_shared_bytes(spec.dims_per_lane())),
+    };
     let chunks = group.div_ceil(heads_per_block);
     let grid_y = spec.num_kv_heads * chunks;
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
-    let (num_splits, split_len) = choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors);
+    let (num_splits, split_len) = if kernel == KernelChoice::Pipelined {
+        let slots = module.resident_blocks(name, RPA_THREADS, shared_bytes)? as u64 * module.multiprocessors as u64;
+        choose_splits_by_waves(blocks_per_split, spec.max_visited_keys(), slots)
+    } else {
+        choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors)
+    };
     let params = spec.kernel_params(num_splits, split_len);
 
     let scratch = if num_splits > 1 {
@@ -188,12 +277,8 @@ pub unsafe fn launch_cuda_with(
         .push(part_o)
         .push(part_lse)
         .push(params);
-    let cfg = LaunchConfig {
-        grid: (spec.max_tokens, grid_y, num_splits),
-        block: (RPA_THREADS, 1, 1),
-        shared_bytes: if tensor_core { mma_shared_bytes(spec.head_dim) } else { rpa_shared_bytes(dpl) },
-    };
-    let launched = module.launch(stream, kernel_name(spec, tensor_core), cfg, &mut args.pointers());
+    let cfg = LaunchConfig { grid: (spec.max_tokens, grid_y, num_splits), block: (RPA_THREADS, 1, 1), shared_bytes };
+    let launched = module.launch(stream, name, cfg, &mut args.pointers());
     let combined = launched.and_then(|()| {
         if num_splits <= 1 {
             return Ok(());
@@ -228,5 +313,21 @@ mod tests {
         // short context: never more splits than 128-key chunks.
         assert_eq!(choose_splits(1, 200, 132).0, 2);
         assert_eq!(choose_splits(1, 0, 132), (1, 4));
+    }
+
+    #[test]
+    fn pipelined_splits_fill_whole_waves() {
+        let slots = 2 * 132;
+        // B64 x 8k, 8 KV heads: 512 blocks already make two nearly full waves.
+        let (s, len) = choose_splits_by_waves(64 * 8, 8192, slots);
+        assert_eq!(s * len, 8192);
+        assert!((64 * 8 * s as u64).div_ceil(slots) * len as u64 <= 8192 * 2);
+        // B1 x 32k: 8 blocks per split; split until about one wave (~32 splits of 1k keys).
+        let (s, len) = choose_splits_by_waves(8, 32768, slots);
+        assert!((24..=33).contains(&s), "{s} splits");
+        assert!(len % PIPE_TILE_KEYS == 0 && s * len >= 32768);
+        // Tiny: never below the minimum split.
+        assert_eq!(choose_splits_by_waves(8, 300, slots), (1, 320));
+        assert_eq!(choose_splits_by_waves(1, 0, slots), (1, 64));
     }
 }

@@ -11,7 +11,10 @@ mod cpu;
 mod cuda;
 
 pub use cpu::run_cpu;
-pub use cuda::{choose_splits, launch_cuda, launch_cuda_with, tensor_core_applies, DeviceBuffers, KernelChoice};
+pub use cuda::{
+    choose_splits, choose_splits_by_waves, launch_cuda, launch_cuda_with, pipelined_applies, tensor_core_applies,
+    DeviceBuffers, KernelChoice, KERNEL_ENV_VAR,
+};
 
 use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
 use kernels_gpu::kernels::paged_attention::dims_per_lane;

@@ -1,0 +1,71 @@
+//! Asynchronous global → shared copies (`cp.async`, sm_80+), through inline PTX.
+//!
+//! A thread issues copies, closes them into a *group* with [`commit_group`], and later waits until
+//! at most `N` of its groups are still in flight ([`wait_group`]). The wait covers only the calling
+//! thread's own copies: other threads' data becomes visible after a block barrier
+//! ([`crate::thread::sync_threads`]) that every copying thread reaches after its wait. This is the
+//! building block of multi-stage shared-memory pipelines (copies of tile `i + stages - 1` are in
+//! flight while tile `i` is computed).
+
+/// Copies 16 bytes from global `src` to the shared-memory address `dst` (cached in L2 only), or
+/// writes 16 zero bytes when `valid` is false (then nothing is read and `src` may be any address).
+///
+/// # Safety
+/// `dst` must be a 16-byte aligned shared-memory address (see [`crate::shared::shared_address`])
+/// inside the block's allocation; when `valid`, `src` must be a 16-byte aligned global address
+/// valid for 16 bytes. Nothing may read `dst` before the copy's group is waited for.
+#[inline(always)]
+pub unsafe fn cp_async_16(dst: u32, src: *const u8, valid: bool) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let src_bytes: u32 = if valid { 16 } else { 0 };
+        // No `nomem`: the compiler must keep it ordered with the waits and barriers around it.
+        core::arch::asm!(
+            "cp.async.cg.shared.global [{dst}], [{src}], 16, {n};",
+            dst = in(reg32) dst, src = in(reg64) src, n = in(reg32) src_bytes,
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (dst, src, valid);
+        crate::gpu_only!("cp_async_16")
+    }
+}
+
+/// Closes the copies this thread issued since the last commit into one group (an empty group when
+/// there were none, which keeps group counting uniform across loop iterations).
+///
+/// # Safety
+/// Always safe to execute; `unsafe` because it orders memory the compiler cannot see.
+#[inline(always)]
+pub unsafe fn commit_group() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("cp.async.commit_group;", options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("commit_group")
+}
+
+/// Waits until at most `PENDING` of this thread's committed groups are still in flight.
+///
+/// # Safety
+/// As [`commit_group`].
+#[inline(always)]
+pub unsafe fn wait_group<const PENDING: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("cp.async.wait_group {n};", n = const PENDING, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("wait_group")
+}
+
+/// Waits for every copy this thread issued.
+///
+/// # Safety
+/// As [`commit_group`].
+#[inline(always)]
+pub unsafe fn wait_all() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("cp.async.wait_all;", options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("wait_all")
+}

@@ -1,0 +1,220 @@
+//! Ragged paged attention with K/V staged through shared memory by a multi-stage `cp.async`
+//! pipeline, on tensor cores: the decode kernel. f16/bf16 q with KV of the same dtype (unscaled),
+//! head dims 64 and 128. Same contract, blocks, splits and merge as the other two kernels.
+//!
+//! Why: decode is memory bound, and the direct-load kernels left the memory system three quarters
+//! idle (benchmarks/NOTES.md, profile): every warp waited on its own dependent global loads. Here
+//! a block (query row `t`, KV head `g`, up to 16 query heads of `g`, key split) walks its keys in
+//! tiles of [`PIPE_TILE_KEYS`] keys:
+//! - all 128 threads copy a tile's K and V rows (page-gathered: one token's K and V for head `g`
+//!   are `2 * head_dim` contiguous elements) into one of [`PIPE_STAGES`] shared-memory stages
+//!   with 16-byte `cp.async`, `PIPE_STAGES - 1` tiles ahead of the math, so about 64 KiB per block
+//!   is in flight while a tile is consumed; keys past the split or on an invalid page are
+//!   zero-filled (and masked below);
+//! - each warp takes 16 keys of the tile: `S = Q Kᵀ` with K fragments from `ldmatrix`, online
+//!   softmax on the accumulators, `O += P V` with V fragments from `ldmatrix.trans`;
+//! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
+//!   `ldmatrix` reads hit eight different bank groups;
+//! - one block barrier per tile: after it, the tile's copies from every thread are visible and
+//!   every warp is done with the stage the next copies overwrite.
+
+use crate::attention::{page_is_valid, RpaParams};
+use crate::copy::{commit_group, cp_async_16, wait_all, wait_group};
+use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
+use crate::num::Bf16;
+use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::thread::{sync_threads, thread_idx_x};
+use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
+
+use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, RPA_THREADS};
+use super::paged_attention_mma::{
+    finish_logit, load_q_fragments, online_softmax_step, store_warp_state, MMA_HEADS_PER_BLOCK,
+};
+use super::unroll;
+
+/// Keys per pipeline stage: 16 per warp (two mma n-tiles), 4 warps.
+pub const PIPE_TILE_KEYS: u32 = 64;
+/// Shared-memory stages of the K/V pipeline (tiles in flight = stages - 1).
+pub const PIPE_STAGES: u32 = 3;
+
+/// Whether the pipelined kernel covers a head size (its shared rows must be whole groups of eight
+/// 16-byte chunks for the permutation, and its fragments fit the registers up to 128).
+pub const fn pipelined_supports_head_dim(head_dim: u32) -> bool {
+    head_dim == 64 || head_dim == 128
+}
+
+/// Shared memory of one stage: K and V rows of a tile, 16-bit elements.
+pub const fn pipelined_stage_bytes(head_dim: u32) -> u32 {
+    2 * PIPE_TILE_KEYS * head_dim * 2
+}
+
+/// Dynamic shared memory of the pipelined kernel: the stages, reused by the final warp merge.
+pub const fn pipelined_shared_bytes(head_dim: u32) -> u32 {
+    let stages = PIPE_STAGES * pipelined_stage_bytes(head_dim);
+    let merge = super::paged_attention_mma::mma_shared_bytes(head_dim);
+    if stages > merge {
+        stages
+    } else {
+        merge
+    }
+}
+
+/// `(page slot in the page table, token slot in the page)` of key `j`: a shift for power-of-two
+/// page sizes (the common case), a division otherwise.
+#[inline(always)]
+fn page_and_slot(j: u32, page_size: u32) -> (u32, u32) {
+    if page_size.is_power_of_two() {
+        (j >> page_size.trailing_zeros(), j & (page_size - 1))
+    } else {
+        (j / page_size, j % page_size)
+    }
+}
+
+#[inline(always)]
+unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+    ptr: RpaPointers<Q, KV>,
+    p: RpaParams,
+) {
+    // Shapes of a stage: rows of D 16-bit elements, as 16-byte chunks.
+    let row_bytes: u32 = D as u32 * 2;
+    let row_chunks: u32 = D as u32 / 8;
+    let token_chunks: u32 = 2 * row_chunks; // K row then V row
+    let tile = PIPE_TILE_KEYS;
+    let stage_bytes = pipelined_stage_bytes(D as u32);
+    const COPIES: usize = 16; // max copies per thread and tile (D = 128); D = 64 uses 8
+    let copies = (tile * token_chunks / RPA_THREADS) as usize;
+
+    let tid = thread_idx_x();
+    let lane = lane_id();
+    let warp = tid / WARP_SIZE;
+    let cq = (lane % 4) as usize;
+    let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
+    let (split_lo, split_hi) = (blk.split_lo, blk.split_hi);
+    let qa = load_q_fragments::<Q, KV, KSTEPS>(&ptr, &p, &blk);
+
+    let smem = dynamic_shared_mem::<f32>();
+    let smem_base = shared_address(smem);
+    let kv = ptr.kv as *const u16;
+    let token_stride = 2 * p.num_kv_heads as usize * D; // elements per token of the pool
+    let head_offset = 2 * blk.g as usize * D;
+    // Page-table entry of key j, when j is inside the split and its page inside the pool.
+    let page_of = |j: u32| -> Option<(i32, u32)> {
+        if j >= split_hi {
+            return None;
+        }
+        let (slot, in_page) = page_and_slot(j, p.page_size);
+        let page = *blk.page_table.add(slot as usize);
+        if page_is_valid(page, p.total_pages) {
+            Some((page, in_page))
+        } else {
+            None
+        }
+    };
+
+    // Copies tile `i` of the split into stage `i % PIPE_STAGES` (one commit group per tile).
+    let issue = |i: u32| {
+        let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
+        let tile_base = split_lo + i * tile;
+        unroll::<COPIES>(|c| {
+            if c < copies {
+                let chunk = tid + c as u32 * RPA_THREADS;
+                let (token, part) = (chunk / token_chunks, chunk % token_chunks);
+                let (src, valid) = match page_of(tile_base + token) {
+                    Some((page, in_page)) => {
+                        let t = page as usize * p.page_size as usize + in_page as usize;
+                        (kv.add(t * token_stride + head_offset + part as usize * 8), true)
+                    }
+                    None => (kv, false),
+                };
+                let (region, col) = (part / row_chunks, part % row_chunks);
+                let dst = stage_base + region * tile * row_bytes + token * row_bytes + ((col ^ (token & 7)) * 16);
+                cp_async_16(dst, src as *const u8, valid);
+            }
+        });
+        commit_group();
+    };
+
+    let mut o = [[0.0f32; 4]; NTILES];
+    // Running max and (this lane's share of the) sum for rows g and g + 8 of the tile.
+    let mut m = [f32::NEG_INFINITY; 2];
+    let mut l = [0.0f32; 2];
+    let num_tiles = (split_hi - split_lo).div_ceil(tile);
+
+    // This lane's ldmatrix rows (token within the tile): K for S (non-transposed: matrices are
+    // keys 0-7 / 8-15 × dims +0 / +8), V for O (transposed: keys 0-7 / 8-15 × dims +0 / +8).
+    let k_token = warp * 16 + (lane / 16) * 8 + lane % 8;
+    let k_half = (lane / 8) % 2;
+    let v_token = warp * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+    let v_half = lane / 16;
+
+    for i in 0..PIPE_STAGES - 1 {
+        if i < num_tiles {
+            issue(i);
+        } else {
+            commit_group();
+        }
+    }
+    for i in 0..num_tiles {
+        // Tile i has landed for this thread; after the barrier, for every thread, and every warp
+        // is past tile i - 1, whose stage the next copies reuse.
+        wait_group::<{ PIPE_STAGES - 2 }>();
+        sync_threads();
+        if i + PIPE_STAGES - 1 < num_tiles {
+            issue(i + PIPE_STAGES - 1);
+        } else {
+            commit_group();
+        }
+
+        let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
+        let key0 = split_lo + i * tile + warp * 16;
+        // Bit k: key key0 + k is inside the split and on a valid page (else zero-filled above).
+        let present = warp_ballot(lane < 16 && page_of(key0 + lane).is_some());
+
+        // S = Q Kᵀ over the warp's 16 keys.
+        let mut s = [[0.0f32; 4]; 2];
+        let k_row = stage_base + k_token * row_bytes;
+        unroll::<KSTEPS>(|k| {
+            let col = k as u32 * 2 + k_half;
+            let b = ldmatrix_x4(k_row + ((col ^ (k_token & 7)) * 16));
+            s[0] = Q::mma(qa[k], [b[0], b[1]], s[0]);
+            s[1] = Q::mma(qa[k], [b[2], b[3]], s[1]);
+        });
+        // Element e of n-tile nt is row g + 8*(e/2), key key0 + nt*8 + 2*cq + e%2.
+        unroll::<2>(|nt| {
+            unroll::<4>(|e| {
+                let kk = nt * 8 + 2 * cq + (e & 1);
+                s[nt][e] = if present & (1 << kk) != 0 {
+                    finish_logit(s[nt][e], key0 + kk as u32, &blk, &p)
+                } else {
+                    f32::NEG_INFINITY
+                };
+            })
+        });
+        let pa = online_softmax_step::<Q, NTILES>(&s, &mut m, &mut l, &mut o);
+
+        // O += P V: one ldmatrix.trans gives the B fragments of two 8-dim n-tiles.
+        let v_row = stage_base + tile * row_bytes + v_token * row_bytes;
+        unroll::<NTILES>(|nt| {
+            if nt % 2 == 0 {
+                let col = nt as u32 + v_half;
+                let b = ldmatrix_x4_trans(v_row + ((col ^ (v_token & 7)) * 16));
+                o[nt] = Q::mma(pa, [b[0], b[1]], o[nt]);
+                o[nt + 1] = Q::mma(pa, [b[2], b[3]], o[nt + 1]);
+            }
+        });
+    }
+    // Every copy has landed and every warp is done with the stages before they become the merge
+    // area.
+    wait_all();
+    sync_threads();
+    store_warp_state::<NTILES>(smem, D, &m, &l, &o);
+    sync_threads();
+    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D);
+}
+
+attention_kernels! {
+    rpa_pipe_f16_d64: f16, f16 => rpa_pipelined[64, 4, 8];
+    rpa_pipe_f16_d128: f16, f16 => rpa_pipelined[128, 8, 16];
+    rpa_pipe_bf16_d64: Bf16, Bf16 => rpa_pipelined[64, 4, 8];
+    rpa_pipe_bf16_d128: Bf16, Bf16 => rpa_pipelined[128, 8, 16];
+}
