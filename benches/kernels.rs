@@ -58,6 +58,10 @@ fn random_bf16(rng: &mut StdRng, n: usize) -> Vec<u16> {
 }
 
 fn spec(tokens: usize, seqs: usize, pages_per_seq: usize, total_pages: usize) -> PagedAttention {
+    spec_kv(tokens, seqs, pages_per_seq, total_pages, DType::BF16)
+}
+
+fn spec_kv(tokens: usize, seqs: usize, pages_per_seq: usize, total_pages: usize, kv_dtype: DType) -> PagedAttention {
     let null = std::ptr::null_mut();
     let q = [tokens as i64, HEADS as i64, DIM as i64];
     let kv = [total_pages as i64, PAGE as i64, 2 * KV_HEADS as i64, DIM as i64];
@@ -66,7 +70,7 @@ fn spec(tokens: usize, seqs: usize, pages_per_seq: usize, total_pages: usize) ->
     let attrs = Attributes { sm_scale: (DIM as f32).powf(-0.5), ..Default::default() };
     PagedAttention::from_tensors(
         &t(DType::BF16, &q),
-        &t(DType::BF16, &kv),
+        &t(kv_dtype, &kv),
         &t(DType::S32, &s),
         &t(DType::S32, &table),
         &t(DType::S32, &cu),
@@ -195,6 +199,51 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
         ] {
             g.bench_function(BenchmarkId::new(label, batch.name), |b| {
                 b.iter_custom(|iters| {
+                    time_gpu(stream, iters, || {
+                        unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &op, bufs, kernel) }.unwrap()
+                    })
+                })
+            });
+        }
+    }
+    g.finish();
+    drop(kv);
+
+    // fp8 (e4m3fn) KV: half the bytes of the bf16 cells above, same geometry; finite random bytes.
+    let kv8: CudaSlice<u8> = stream
+        .clone_htod(&(0..pool_tokens * 2 * KV_HEADS * DIM).map(|_| rng.gen::<u8>() & 0xf7).collect::<Vec<_>>())
+        .unwrap();
+    let mut g = c.benchmark_group("paged_attention_bf16q_e4m3kv_32q8kv_d128_p16");
+    for (name, b, ctx) in [("decode_b32_ctx4k", 32usize, 4096usize), ("decode_b64_ctx8k", 64, 8192)] {
+        let pages_per_seq = ctx / PAGE;
+        let mut order: Vec<i32> = (0..total_pages as i32).collect();
+        order.shuffle(&mut rng);
+        let table: Vec<i32> = order[..b * pages_per_seq].to_vec();
+        let cu: Vec<i32> = (0..=b as i32).collect();
+        let q: CudaSlice<u16> = stream.clone_htod(&random_bf16(&mut rng, b * HEADS * DIM)).unwrap();
+        let out: CudaSlice<u16> = stream.alloc_zeros(b * HEADS * DIM).unwrap();
+        let (kv_lens_d, table_d, cu_d, ns_d) = (
+            stream.clone_htod(&vec![ctx as i32; b]).unwrap(),
+            stream.clone_htod(&table).unwrap(),
+            stream.clone_htod(&cu).unwrap(),
+            stream.clone_htod(&[b as i32]).unwrap(),
+        );
+        let mut op = spec_kv(b, b, pages_per_seq, total_pages, DType::F8E4M3FN);
+        op.attrs.k_scale = Some(0.5);
+        op.attrs.v_scale = Some(0.25);
+        let bufs = DeviceBuffers {
+            q: dptr(&q, stream),
+            kv_pages: dptr(&kv8, stream),
+            kv_lens: dptr(&kv_lens_d, stream),
+            page_indices: dptr(&table_d, stream),
+            cu_q_lens: dptr(&cu_d, stream),
+            num_seqs: dptr(&ns_d, stream),
+            out: dptr(&out, stream),
+        };
+        g.throughput(Throughput::Bytes((b * ctx * KV_TOKEN_BYTES / 2 + 2 * b * HEADS * DIM * 2) as u64));
+        for (label, kernel) in [("pipelined", KernelChoice::Pipelined), ("tensor_core", KernelChoice::TensorCore)] {
+            g.bench_function(BenchmarkId::new(label, name), |bch| {
+                bch.iter_custom(|iters| {
                     time_gpu(stream, iters, || {
                         unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &op, bufs, kernel) }.unwrap()
                     })

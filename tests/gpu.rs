@@ -197,7 +197,7 @@ fn paged_attention_matches_cpu_over_the_feature_matrix() {
     println!("{count} feature-matrix kernel runs passed");
 }
 
-/// The pipelined kernel over what it covers (f16/bf16, head_dim 64/128): decode, prefill and
+/// The pipelined kernel over what it covers (f16/bf16 q, KV of q's dtype or fp8, head_dim 64/128): decode, prefill and
 /// chunked rows, every page size, MHA/GQA/MQA, windows, soft caps, custom mask values, and
 /// contexts long enough to split (split and tile boundaries anywhere, invalid-free pages only).
 #[test]
@@ -232,7 +232,17 @@ fn pipelined_kernel_matches_cpu() {
             })
             .collect();
         let pad = rng.gen_range(0..3);
-        let mut case = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        // Every third case on fp8 KV (both formats), scaled or not.
+        let kv_dtype = match i % 9 {
+            2 | 5 => DType::F8E4M3FN,
+            8 => DType::F8E5M2,
+            _ => q_dtype,
+        };
+        let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        if kv_dtype != q_dtype && i % 2 == 0 {
+            case.k_scale = Some(rng.gen_range(0.1..2.0));
+            case.v_scale = Some(rng.gen_range(0.1..2.0));
+        }
         match i % 6 {
             1 => case.sliding_window = Some(rng.gen_range(1..3000)),
             2 => case.soft_cap = Some(rng.gen_range(5.0..50.0)),
@@ -244,7 +254,7 @@ fn pipelined_kernel_matches_cpu() {
             _ => {}
         }
         assert!(pipelined_applies(&case.spec(), 90));
-        let label = format!("case {i}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
+        let label = format!("case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
         let err = compare(&case, &run_gpu(&stream, &case, KernelChoice::Pipelined), &case.cpu_output(), &label);
         worst = worst.max(err);
         count += 1;

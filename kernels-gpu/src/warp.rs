@@ -99,3 +99,18 @@ pub fn warp_ballot(predicate: bool) -> u32 {
         crate::gpu_only!("warp_ballot")
     }
 }
+
+/// `__syncwarp()`: orders the shared-memory accesses of the warp's lanes before the call against
+/// those after it (lanes exchanging data through shared memory).
+///
+/// Every lane of the warp must execute the same call.
+#[inline(always)]
+pub fn sync_warp() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: bar.warp.sync with the full mask, which the caller's contract guarantees.
+    unsafe {
+        core::arch::asm!("bar.warp.sync 0xffffffff;", options(nostack))
+    };
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("sync_warp")
+}

@@ -102,11 +102,12 @@ pub(crate) struct Block {
 /// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
 #[inline(always)]
 pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) -> Block {
-    let t = block_idx_x();
+    let (t, head_chunk) =
+        if p.heads_on_x != 0 { (block_idx_y(), block_idx_x()) } else { (block_idx_x(), block_idx_y()) };
     let group = p.num_q_heads / p.num_kv_heads;
     let chunks = group.div_ceil(heads_per_chunk);
-    let g = block_idx_y() / chunks;
-    let chunk = block_idx_y() % chunks;
+    let g = head_chunk / chunks;
+    let chunk = head_chunk % chunks;
     let h0 = g * group + chunk * heads_per_chunk;
     let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
     let split = block_idx_z();

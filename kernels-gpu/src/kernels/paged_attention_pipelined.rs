@@ -1,6 +1,7 @@
 //! Ragged paged attention with K/V staged through shared memory by a multi-stage `cp.async`
-//! pipeline, on tensor cores: the decode kernel. f16/bf16 q with KV of the same dtype (unscaled),
-//! head dims 64 and 128. Same contract, blocks, splits and merge as the other two kernels.
+//! pipeline, on tensor cores: the decode kernel. f16/bf16 q with KV of the same dtype (unscaled)
+//! or fp8 (e4m3fn / e5m2, scaled), head dims 64 and 128. Same contract, blocks, splits and merge
+//! as the other two kernels.
 //!
 //! Why: decode is memory bound, and the direct-load kernels left the memory system three quarters
 //! idle (benchmarks/NOTES.md, profile): every warp waited on its own dependent global loads. Here
@@ -16,15 +17,18 @@
 //! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
 //!   `ldmatrix` reads hit eight different bank groups;
 //! - one block barrier per tile: after it, the tile's copies from every thread are visible and
-//!   every warp is done with the stage the next copies overwrite.
+//!   every warp is done with the stage the next copies overwrite;
+//! - fp8 KV moves half the bytes: the stage holds the raw bytes, and each warp widens its 16 keys
+//!   (times `k_scale` / `v_scale`, rounded to q's dtype: the contract's cast) into its own
+//!   permuted 16-bit area before the `ldmatrix` reads.
 
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group};
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
-use crate::num::Bf16;
+use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
+use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, RPA_THREADS};
 use super::paged_attention_mma::{
@@ -43,20 +47,46 @@ pub const fn pipelined_supports_head_dim(head_dim: u32) -> bool {
     head_dim == 64 || head_dim == 128
 }
 
-/// Shared memory of one stage: K and V rows of a tile, 16-bit elements.
-pub const fn pipelined_stage_bytes(head_dim: u32) -> u32 {
-    2 * PIPE_TILE_KEYS * head_dim * 2
+/// Shared memory of one stage: K and V rows of a tile, `kv_bytes` bytes per element.
+pub const fn pipelined_stage_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
+    2 * PIPE_TILE_KEYS * head_dim * kv_bytes
 }
 
-/// Dynamic shared memory of the pipelined kernel: the stages, reused by the final warp merge.
-pub const fn pipelined_shared_bytes(head_dim: u32) -> u32 {
-    let stages = PIPE_STAGES * pipelined_stage_bytes(head_dim);
+/// Per-warp area where 1-byte KV is widened to 16-bit K and V rows of the warp's 16 keys.
+pub const fn pipelined_widen_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
+    if kv_bytes == 1 {
+        2 * 16 * head_dim * 2
+    } else {
+        0
+    }
+}
+
+/// Dynamic shared memory of the pipelined kernel: the stages and widening areas, reused by the
+/// final warp merge.
+pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
+    let warps = RPA_THREADS / WARP_SIZE;
+    let pipeline =
+        PIPE_STAGES * pipelined_stage_bytes(head_dim, kv_bytes) + warps * pipelined_widen_bytes(head_dim, kv_bytes);
     let merge = super::paged_attention_mma::mma_shared_bytes(head_dim);
-    if stages > merge {
-        stages
+    if pipeline > merge {
+        pipeline
     } else {
         merge
     }
+}
+
+/// Widens 16 bytes of 1-byte KV (16 elements) to 16 elements of q's type, times `scale`.
+#[inline(always)]
+fn widen_chunk<Q: MmaElement, KV: KvElement>(raw: [u32; 4], scale: f32) -> [u32; 8] {
+    let mut out = [0u32; 8];
+    unroll::<8>(|i| {
+        let word = raw[i / 2] >> (16 * (i % 2));
+        // SAFETY: KV is a 1-byte transparent wrapper over its bits (checked by the caller).
+        let lo: KV = unsafe { core::mem::transmute_copy(&(word as u8)) };
+        let hi: KV = unsafe { core::mem::transmute_copy(&((word >> 8) as u8)) };
+        out[i] = Q::pack2(lo.widen() * scale, hi.widen() * scale);
+    });
+    out
 }
 
 /// `(page slot in the page table, token slot in the page)` of key `j`: a shift for power-of-two
@@ -71,17 +101,22 @@ fn page_and_slot(j: u32, page_size: u32) -> (u32, u32) {
 }
 
 #[inline(always)]
-unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn rpa_pipelined<Q: MmaElement, KV: KvElement, const D: usize, const KSTEPS: usize, const NTILES: usize>(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
-    // Shapes of a stage: rows of D 16-bit elements, as 16-byte chunks.
-    let row_bytes: u32 = D as u32 * 2;
-    let row_chunks: u32 = D as u32 / 8;
-    let token_chunks: u32 = 2 * row_chunks; // K row then V row
+    // 16-bit KV is read by ldmatrix straight from the stage; 1-byte KV is widened first.
+    let kv_bytes = core::mem::size_of::<KV>() as u32;
+    let widened = kv_bytes == 1;
+    // A stage: K rows then V rows of `tile` keys, `kv_row_bytes` each, as 16-byte chunks.
+    let kv_row_bytes: u32 = D as u32 * kv_bytes;
+    let row_chunks: u32 = kv_row_bytes / 16;
+    let token_chunks: u32 = 2 * row_chunks;
     let tile = PIPE_TILE_KEYS;
-    let stage_bytes = pipelined_stage_bytes(D as u32);
-    const COPIES: usize = 16; // max copies per thread and tile (D = 128); D = 64 uses 8
+    let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes);
+    // Rows that ldmatrix reads hold D 16-bit elements.
+    let row_bytes: u32 = D as u32 * 2;
+    const COPIES: usize = 16; // most copies per thread and tile (16-bit KV, D = 128)
     let copies = (tile * token_chunks / RPA_THREADS) as usize;
 
     let tid = thread_idx_x();
@@ -93,10 +128,12 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
     let qa = load_q_fragments::<Q, KV, KSTEPS>(&ptr, &p, &blk);
 
     let smem = dynamic_shared_mem::<f32>();
+    let smem_bytes = smem as *mut u8;
     let smem_base = shared_address(smem);
-    let kv = ptr.kv as *const u16;
-    let token_stride = 2 * p.num_kv_heads as usize * D; // elements per token of the pool
-    let head_offset = 2 * blk.g as usize * D;
+    let widen_base = PIPE_STAGES * stage_bytes + warp * pipelined_widen_bytes(D as u32, kv_bytes);
+    let kv = ptr.kv as *const u8;
+    let token_stride = 2 * p.num_kv_heads as usize * D * kv_bytes as usize; // bytes per token of the pool
+    let head_offset = 2 * blk.g as usize * D * kv_bytes as usize;
     // Page-table entry of key j, when j is inside the split and its page inside the pool.
     let page_of = |j: u32| -> Option<(i32, u32)> {
         if j >= split_hi {
@@ -112,6 +149,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
     };
 
     // Copies tile `i` of the split into stage `i % PIPE_STAGES` (one commit group per tile).
+    // 16-bit rows are stored permuted for ldmatrix; 1-byte rows as they are.
     let issue = |i: u32| {
         let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
         let tile_base = split_lo + i * tile;
@@ -122,13 +160,14 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
                 let (src, valid) = match page_of(tile_base + token) {
                     Some((page, in_page)) => {
                         let t = page as usize * p.page_size as usize + in_page as usize;
-                        (kv.add(t * token_stride + head_offset + part as usize * 8), true)
+                        (kv.add(t * token_stride + head_offset + part as usize * 16), true)
                     }
                     None => (kv, false),
                 };
                 let (region, col) = (part / row_chunks, part % row_chunks);
-                let dst = stage_base + region * tile * row_bytes + token * row_bytes + ((col ^ (token & 7)) * 16);
-                cp_async_16(dst, src as *const u8, valid);
+                let col = if widened { col } else { col ^ (token & 7) };
+                let dst = stage_base + region * tile * kv_row_bytes + token * kv_row_bytes + col * 16;
+                cp_async_16(dst, src, valid);
             }
         });
         commit_group();
@@ -140,11 +179,11 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
     let mut l = [0.0f32; 2];
     let num_tiles = (split_hi - split_lo).div_ceil(tile);
 
-    // This lane's ldmatrix rows (token within the tile): K for S (non-transposed: matrices are
+    // This lane's ldmatrix rows among the warp's 16 keys: K for S (non-transposed: matrices are
     // keys 0-7 / 8-15 × dims +0 / +8), V for O (transposed: keys 0-7 / 8-15 × dims +0 / +8).
-    let k_token = warp * 16 + (lane / 16) * 8 + lane % 8;
+    let k_token = (lane / 16) * 8 + lane % 8;
     let k_half = (lane / 8) % 2;
-    let v_token = warp * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+    let v_token = ((lane / 8) % 2) * 8 + lane % 8;
     let v_half = lane / 16;
 
     for i in 0..PIPE_STAGES - 1 {
@@ -165,14 +204,42 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
             commit_group();
         }
 
-        let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
+        let stage = (i % PIPE_STAGES) * stage_bytes;
         let key0 = split_lo + i * tile + warp * 16;
         // Bit k: key key0 + k is inside the split and on a valid page (else zero-filled above).
         let present = warp_ballot(lane < 16 && page_of(key0 + lane).is_some());
 
+        // Where the warp's 16 K rows (V rows follow `v_offset` later) are in 16-bit form.
+        let (k_base, v_offset) = if widened {
+            // Lane l widens 16-byte chunks l, l + 32, ... of the warp's K rows then V rows.
+            sync_warp(); // the previous tile's ldmatrix reads of the area are done
+            let chunks_per_region = 16 * row_chunks;
+            unroll::<8>(|c| {
+                let chunk = lane + 32 * c as u32;
+                if chunk < 2 * chunks_per_region {
+                    let region = chunk / chunks_per_region;
+                    let (key, col) = ((chunk % chunks_per_region) / row_chunks, chunk % row_chunks);
+                    let src = stage + region * tile * kv_row_bytes + (warp * 16 + key) * kv_row_bytes + col * 16;
+                    let raw = *(smem_bytes.add(src as usize) as *const [u32; 4]);
+                    let scale = if region == 0 { p.k_scale } else { p.v_scale };
+                    let wide = widen_chunk::<Q, KV>(raw, scale);
+                    let row = widen_base + region * 16 * row_bytes + key * row_bytes;
+                    unroll::<2>(|h| {
+                        let c16 = (2 * col + h as u32) ^ (key & 7);
+                        let dst = smem_bytes.add((row + c16 * 16) as usize) as *mut [u32; 4];
+                        *dst = [wide[4 * h], wide[4 * h + 1], wide[4 * h + 2], wide[4 * h + 3]];
+                    });
+                }
+            });
+            sync_warp();
+            (smem_base + widen_base, 16 * row_bytes)
+        } else {
+            (smem_base + stage + warp * 16 * row_bytes, tile * row_bytes)
+        };
+
         // S = Q Kᵀ over the warp's 16 keys.
         let mut s = [[0.0f32; 4]; 2];
-        let k_row = stage_base + k_token * row_bytes;
+        let k_row = k_base + k_token * row_bytes;
         unroll::<KSTEPS>(|k| {
             let col = k as u32 * 2 + k_half;
             let b = ldmatrix_x4(k_row + ((col ^ (k_token & 7)) * 16));
@@ -193,7 +260,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
         let pa = online_softmax_step::<Q, NTILES>(&s, &mut m, &mut l, &mut o);
 
         // O += P V: one ldmatrix.trans gives the B fragments of two 8-dim n-tiles.
-        let v_row = stage_base + tile * row_bytes + v_token * row_bytes;
+        let v_row = k_base + v_offset + v_token * row_bytes;
         unroll::<NTILES>(|nt| {
             if nt % 2 == 0 {
                 let col = nt as u32 + v_half;
@@ -212,9 +279,21 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV, const D: usize, const KSTEPS: usize, 
     merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D);
 }
 
-attention_kernels! {
-    rpa_pipe_f16_d64: f16, f16 => rpa_pipelined[64, 4, 8];
-    rpa_pipe_f16_d128: f16, f16 => rpa_pipelined[128, 8, 16];
-    rpa_pipe_bf16_d64: Bf16, Bf16 => rpa_pipelined[64, 4, 8];
-    rpa_pipe_bf16_d128: Bf16, Bf16 => rpa_pipelined[128, 8, 16];
+/// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`.
+macro_rules! rpa_pipe_kernels {
+    ($( $q:ty, $kv:ty => $name64:ident, $name128:ident; )*) => {
+        attention_kernels! { $(
+            $name64: $q, $kv => rpa_pipelined[64, 4, 8];
+            $name128: $q, $kv => rpa_pipelined[128, 8, 16];
+        )* }
+    };
+}
+
+rpa_pipe_kernels! {
+    f16, f16 => rpa_pipe_f16_f16_d64, rpa_pipe_f16_f16_d128;
+    f16, F8E4M3 => rpa_pipe_f16_e4m3_d64, rpa_pipe_f16_e4m3_d128;
+    f16, F8E5M2 => rpa_pipe_f16_e5m2_d64, rpa_pipe_f16_e5m2_d128;
+    Bf16, Bf16 => rpa_pipe_bf16_bf16_d64, rpa_pipe_bf16_bf16_d128;
+    Bf16, F8E4M3 => rpa_pipe_bf16_e4m3_d64, rpa_pipe_bf16_e4m3_d128;
+    Bf16, F8E5M2 => rpa_pipe_bf16_e5m2_d64, rpa_pipe_bf16_e5m2_d128;
 }

@@ -59,28 +59,40 @@ const MERGE_OVERHEAD_KEYS: u64 = 96;
 /// Fewest keys per split of the pipelined kernel (four pipeline tiles).
 const MIN_PIPELINED_SPLIT: u32 = 4 * PIPE_TILE_KEYS;
 
-/// Splits and keys per split for the pipelined kernel: the split count whose grid, run in waves
-/// of `slots` resident blocks, finishes first by a simple model: every block streams its split at
-/// the same rate, so time ~ waves × (split length + a block's fixed cost), plus the merge when
-/// there is more than one split. Splits are whole pipeline tiles. Static shapes only.
+/// Splits and keys per split for the pipelined kernel, from static shapes only.
+///
+/// Model: every block streams its split at the same rate, so a grid run in waves of `slots`
+/// resident blocks takes ~ waves × (split length + a block's fixed cost), plus the merge when
+/// there is more than one split. Among split counts within [`SPLIT_COST_SLACK_PERCENT`] of the
+/// cheapest, the most splits win: the model assumes every sequence is as long as the page table
+/// allows, and shorter splits balance real batches of uneven lengths (a split past a sequence's
+/// end exits at once). Splits are whole pipeline tiles, at least [`MIN_PIPELINED_SPLIT`] keys.
 pub fn choose_splits_by_waves(blocks_per_split: u64, max_keys: u32, slots: u64) -> (u32, u32) {
     let max_keys = max_keys.max(1);
     let blocks_per_split = blocks_per_split.max(1);
     let slots = slots.max(1);
     let most = (max_keys / MIN_PIPELINED_SPLIT).clamp(1, MAX_SPLITS);
-    let mut best = (u64::MAX, 1, max_keys.next_multiple_of(PIPE_TILE_KEYS));
-    for wanted in 1..=most {
-        let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
-        let splits = max_keys.div_ceil(split_len);
-        let waves = (blocks_per_split * splits as u64).div_ceil(slots);
-        let merge = if splits > 1 { MERGE_OVERHEAD_KEYS } else { 0 };
-        let cost = waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge;
-        if cost < best.0 {
-            best = (cost, splits, split_len);
-        }
-    }
-    (best.1, best.2)
+    let candidates: Vec<(u64, u32, u32)> = (1..=most)
+        .map(|wanted| {
+            let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
+            let splits = max_keys.div_ceil(split_len);
+            let waves = (blocks_per_split * splits as u64).div_ceil(slots);
+            let merge = if splits > 1 { MERGE_OVERHEAD_KEYS } else { 0 };
+            (waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge, splits, split_len)
+        })
+        .collect();
+    let cheapest = candidates.iter().map(|c| c.0).min().unwrap_or(0);
+    let limit = cheapest + cheapest * SPLIT_COST_SLACK_PERCENT / 100;
+    candidates
+        .iter()
+        .filter(|c| c.0 <= limit)
+        .max_by_key(|c| c.1)
+        .map_or((1, max_keys.next_multiple_of(PIPE_TILE_KEYS)), |c| (c.1, c.2))
 }
+
+/// How much slower (by the model) a split count may be than the cheapest and still be preferred
+/// for having more, shorter splits.
+const SPLIT_COST_SLACK_PERCENT: u64 = 1;
 
 fn dtype_tag(dtype: DType) -> &'static str {
     match dtype {
@@ -134,22 +146,22 @@ pub fn tensor_core_applies(spec: &PagedAttention, cc: u32) -> bool {
     matches!(spec.q_dtype, DType::F16 | DType::BF16) && mma_supports_head_dim(spec.head_dim) && cc >= 80
 }
 
-/// Whether the pipelined kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype, head
-/// dim 64 or 128, sm_80+ (`cp.async`, `ldmatrix`).
+/// Whether the pipelined kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype or
+/// fp8 KV (scaled or not), head dim 64 or 128, sm_80+ (`cp.async`, `ldmatrix`).
 pub fn pipelined_applies(spec: &PagedAttention, cc: u32) -> bool {
+    let fp8 = matches!(spec.kv_dtype, DType::F8E4M3FN | DType::F8E5M2);
     matches!(spec.q_dtype, DType::F16 | DType::BF16)
-        && spec.kv_dtype == spec.q_dtype
-        && !spec.kv_scaled()
+        && (fp8 || (spec.kv_dtype == spec.q_dtype && !spec.kv_scaled()))
         && pipelined_supports_head_dim(spec.head_dim)
         && cc >= 80
 }
 
-/// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_d<D>`
+/// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_<kv>_d<D>`
 /// (pipelined), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
 pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
     let name = match kernel {
-        KernelChoice::Pipelined => format!("rpa_pipe_{q}_d{}", spec.head_dim),
+        KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::TensorCore => format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim),
         _ => format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane()),
     };
@@ -226,7 +238,7 @@ pub unsafe fn launch_cuda_with(
         KernelChoice::Pipelined => {
             ensure!(
                 pipelined_applies(spec, cc),
-                "the pipelined kernel needs f16/bf16 q, unscaled KV of q's dtype, head_dim 64 or 128 and sm_80+"
+                "the pipelined kernel needs f16/bf16 q, unscaled KV of q's dtype or fp8 KV, head_dim 64 or 128 and sm_80+"
             );
             KernelChoice::Pipelined
         }
@@ -235,7 +247,10 @@ pub unsafe fn launch_cuda_with(
     let name = kernel_name(spec, kernel);
     let group = spec.num_q_heads / spec.num_kv_heads;
     let (heads_per_block, shared_bytes) = match kernel {
-        KernelChoice::Pipelined => (MMA_HEADS_PER_BLOCK, pipelined_shared_bytes(spec.head_dim)),
+        KernelChoice::Pipelined => {
+            let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
+            (MMA_HEADS_PER_BLOCK, pipelined_shared_bytes(spec.head_dim, kv_bytes))
+        }
         KernelChoice::TensorCore => (MMA_HEADS_PER_BLOCK, mma_shared_bytes(spec.head_dim)),
         _ => (HEADS_PER_BLOCK, rpa_shared_bytes(spec.dims_per_lane())),
     };
@@ -249,7 +264,13 @@ pub unsafe fn launch_cuda_with(
     } else {
         choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors)
     };
-    let params = spec.kernel_params(num_splits, split_len);
+    let mut params = spec.kernel_params(num_splits, split_len);
+    let mut grid = (spec.max_tokens, grid_y, num_splits);
+    if kernel == KernelChoice::Pipelined && spec.max_tokens <= 65535 && std::env::var_os("XGK_RPA_HEADS_ON_X").is_some()
+    {
+        params.heads_on_x = 1;
+        grid = (grid_y, spec.max_tokens, num_splits);
+    }
 
     let scratch = if num_splits > 1 {
         let rows = num_splits as usize * spec.max_tokens as usize * spec.num_q_heads as usize;
@@ -277,7 +298,7 @@ pub unsafe fn launch_cuda_with(
         .push(part_o)
         .push(part_lse)
         .push(params);
-    let cfg = LaunchConfig { grid: (spec.max_tokens, grid_y, num_splits), block: (RPA_THREADS, 1, 1), shared_bytes };
+    let cfg = LaunchConfig { grid, block: (RPA_THREADS, 1, 1), shared_bytes };
     let launched = module.launch(stream, name, cfg, &mut args.pointers());
     let combined = launched.and_then(|()| {
         if num_splits <= 1 {
