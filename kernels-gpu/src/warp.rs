@@ -114,3 +114,11 @@ pub fn sync_warp() {
     #[cfg(not(target_arch = "nvptx64"))]
     crate::gpu_only!("sync_warp")
 }
+
+/// `__any_sync(FULL_MASK, predicate)`: whether any lane's predicate is true.
+///
+/// Every lane of the warp must execute the same call.
+#[inline(always)]
+pub fn warp_any(predicate: bool) -> bool {
+    warp_ballot(predicate) != 0
+}

@@ -18,7 +18,7 @@ use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
 use crate::thread::{sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
+use crate::warp::{lane_id, warp_any, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 
 use super::paged_attention::{
     attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, RPA_WARPS,
@@ -141,12 +141,16 @@ pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
         // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
         let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
         let corr = exp2_approx((m[ri] - m_ref) * LOG2_E);
+        // Once the running max settles, most steps change no row's max: skip the rescale of the
+        // accumulators then (a warp-uniform branch; rows whose max did not move have corr = 1).
+        if warp_any(m_new != m[ri]) {
+            l[ri] *= corr;
+            unroll::<NTILES>(|nt| {
+                o[nt][2 * ri] *= corr;
+                o[nt][2 * ri + 1] *= corr;
+            });
+        }
         m[ri] = m_new;
-        l[ri] *= corr;
-        unroll::<NTILES>(|nt| {
-            o[nt][2 * ri] *= corr;
-            o[nt][2 * ri + 1] *= corr;
-        });
         let mut w = [[0.0f32; 2]; 2];
         unroll::<2>(|nt| {
             unroll::<2>(|c| {

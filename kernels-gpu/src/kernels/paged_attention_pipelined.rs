@@ -116,8 +116,10 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: KvElement, const D: usize, const KSTE
     let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes);
     // Rows that ldmatrix reads hold D 16-bit elements.
     let row_bytes: u32 = D as u32 * 2;
-    const COPIES: usize = 16; // most copies per thread and tile (16-bit KV, D = 128)
-    let copies = (tile * token_chunks / RPA_THREADS) as usize;
+    // Copies per thread and token (a quarter of the token's chunks): 8 for 16-bit KV and D = 128.
+    const COPIES: usize = 8;
+    let copies_per_token_thread = token_chunks / 4;
+    const { assert!(PIPE_TILE_KEYS == 2 * (RPA_THREADS / 4), "two copy passes of 32 tokens per tile") };
 
     let tid = thread_idx_x();
     let lane = lane_id();
@@ -149,26 +151,33 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: KvElement, const D: usize, const KSTE
     };
 
     // Copies tile `i` of the split into stage `i % PIPE_STAGES` (one commit group per tile).
-    // 16-bit rows are stored permuted for ldmatrix; 1-byte rows as they are.
+    // Four threads share a token: thread q of the four copies chunks q, q + 4, q + 8, ... of its
+    // K-then-V span, so each warp instruction reads 64 contiguous bytes of eight tokens, and a
+    // thread resolves one page-table entry per 32 tokens. 16-bit rows are stored permuted for
+    // ldmatrix; 1-byte rows as they are.
+    let quad = tid % 4;
     let issue = |i: u32| {
         let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
         let tile_base = split_lo + i * tile;
-        unroll::<COPIES>(|c| {
-            if c < copies {
-                let chunk = tid + c as u32 * RPA_THREADS;
-                let (token, part) = (chunk / token_chunks, chunk % token_chunks);
-                let (src, valid) = match page_of(tile_base + token) {
-                    Some((page, in_page)) => {
-                        let t = page as usize * p.page_size as usize + in_page as usize;
-                        (kv.add(t * token_stride + head_offset + part as usize * 16), true)
-                    }
-                    None => (kv, false),
-                };
-                let (region, col) = (part / row_chunks, part % row_chunks);
-                let col = if widened { col } else { col ^ (token & 7) };
-                let dst = stage_base + region * tile * kv_row_bytes + token * kv_row_bytes + col * 16;
-                cp_async_16(dst, src, valid);
-            }
+        unroll::<2>(|pass| {
+            let token = pass as u32 * (RPA_THREADS / 4) + tid / 4;
+            let (src, valid) = match page_of(tile_base + token) {
+                Some((page, in_page)) => {
+                    let t = page as usize * p.page_size as usize + in_page as usize;
+                    (kv.add(t * token_stride + head_offset + quad as usize * 16), true)
+                }
+                None => (kv, false),
+            };
+            let row = token * kv_row_bytes;
+            unroll::<COPIES>(|c| {
+                if (c as u32) < copies_per_token_thread {
+                    let part = c as u32 * 4 + quad;
+                    let (region, col) = (part / row_chunks, part % row_chunks);
+                    let col = if widened { col } else { col ^ (token & 7) };
+                    let dst = stage_base + region * tile * kv_row_bytes + row + col * 16;
+                    cp_async_16(dst, src.add(c * 64), valid);
+                }
+            });
         });
         commit_group();
     };
