@@ -10,6 +10,8 @@ use crate::num::{Bf16, Element};
 
 /// A half-precision type the tensor cores multiply (f16 or bf16), accumulating in f32.
 pub trait MmaElement: Element {
+    /// bf16 (else f16): selects the packed instructions of this type.
+    const IS_BF16: bool;
     /// Packs two values, rounded to this type: `lo` in the low 16 bits.
     fn pack2(lo: f32, hi: f32) -> u32;
     /// `d = a * b + c` on a 16x16 by 16x8 tile.
@@ -17,8 +19,9 @@ pub trait MmaElement: Element {
 }
 
 macro_rules! mma_impl {
-    ($ty:ty, $cvt:literal, $mma:literal) => {
+    ($ty:ty, $bf16:literal, $cvt:literal, $mma:literal) => {
         impl MmaElement for $ty {
+            const IS_BF16: bool = $bf16;
             #[inline(always)]
             fn pack2(lo: f32, hi: f32) -> u32 {
                 #[cfg(target_arch = "nvptx64")]
@@ -67,8 +70,8 @@ macro_rules! mma_impl {
     };
 }
 
-mma_impl!(Bf16, "cvt.rn.bf16x2.f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
-mma_impl!(f16, "cvt.rn.f16x2.f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
+mma_impl!(Bf16, true, "cvt.rn.bf16x2.f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
+mma_impl!(f16, false, "cvt.rn.f16x2.f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
 
 /// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`: loads four 8x8 matrices of 16-bit elements from
 /// shared memory. Lanes `8i..8i+8` give the addresses of matrix `i`'s eight 16-byte rows; lane `l`

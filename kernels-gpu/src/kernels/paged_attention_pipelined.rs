@@ -19,11 +19,14 @@
 //! - one block barrier per tile: after it, the tile's copies from every thread are visible and
 //!   every warp is done with the stage the next copies overwrite;
 //! - fp8 KV moves half the bytes: the stage holds the raw bytes, and each warp widens its 16 keys
-//!   (times `k_scale` / `v_scale`, rounded to q's dtype: the contract's cast) into its own
-//!   permuted 16-bit area before the `ldmatrix` reads.
+//!   (exactly: every fp8 value is a bf16 and an f16) into its own permuted 16-bit area before the
+//!   `ldmatrix` reads. `k_scale` multiplies the logits and `v_scale` the output, in f32, instead of
+//!   rounding scaled K and V to q's dtype first as the reference does: the same function with one
+//!   rounding fewer (within the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group};
+use crate::fp8::Fp8;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
@@ -75,17 +78,56 @@ pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
     }
 }
 
-/// Widens 16 bytes of 1-byte KV (16 elements) to 16 elements of q's type, times `scale`.
+/// How a KV element type enters the pipeline's shared memory.
+pub trait StagedKv: KvElement {
+    /// 1-byte types are widened to q's type per warp before `ldmatrix`; 16-bit ones are read in
+    /// place.
+    const WIDENED: bool;
+    /// 16 bytes of KV (16 one-byte elements) as 16 elements of q's type, exact and unscaled.
+    fn widen16<Q: MmaElement>(raw: [u32; 4]) -> [u32; 8];
+}
+
+macro_rules! staged_in_place {
+    ($($t:ty),*) => {$(
+        impl StagedKv for $t {
+            const WIDENED: bool = false;
+            fn widen16<Q: MmaElement>(_: [u32; 4]) -> [u32; 8] {
+                unreachable!("16-bit KV is read in place (WIDENED is false)")
+            }
+        }
+    )*};
+}
+staged_in_place!(f16, Bf16);
+
+macro_rules! staged_widened {
+    ($($t:ty),*) => {$(
+        impl StagedKv for $t {
+            const WIDENED: bool = true;
+            #[inline(always)]
+            fn widen16<Q: MmaElement>(raw: [u32; 4]) -> [u32; 8] {
+                widen16_fp8::<Q, $t>(raw)
+            }
+        }
+    )*};
+}
+staged_widened!(F8E4M3, F8E5M2);
+
+/// Packed conversion of 16 fp8 bytes; chunks holding NaN or infinity take the exact per-element
+/// path (rare: a finite cache never does).
 #[inline(always)]
-fn widen_chunk<Q: MmaElement, KV: KvElement>(raw: [u32; 4], scale: f32) -> [u32; 8] {
+fn widen16_fp8<Q: MmaElement, KV: Fp8>(raw: [u32; 4]) -> [u32; 8] {
     let mut out = [0u32; 8];
-    unroll::<8>(|i| {
-        let word = raw[i / 2] >> (16 * (i % 2));
-        // SAFETY: KV is a 1-byte transparent wrapper over its bits (checked by the caller).
-        let lo: KV = unsafe { core::mem::transmute_copy(&(word as u8)) };
-        let hi: KV = unsafe { core::mem::transmute_copy(&((word >> 8) as u8)) };
-        out[i] = Q::pack2(lo.widen() * scale, hi.widen() * scale);
-    });
+    if KV::has_special(raw[0]) || KV::has_special(raw[1]) || KV::has_special(raw[2]) || KV::has_special(raw[3]) {
+        unroll::<8>(|i| {
+            let pair = raw[i / 2] >> (16 * (i % 2));
+            // SAFETY: KV is a 1-byte transparent wrapper over its bits.
+            let lo: KV = unsafe { core::mem::transmute_copy(&(pair as u8)) };
+            let hi: KV = unsafe { core::mem::transmute_copy(&((pair >> 8) as u8)) };
+            out[i] = Q::pack2(lo.widen(), hi.widen());
+        });
+    } else {
+        unroll::<8>(|i| out[i] = KV::pair_to::<Q>(raw[i / 2], i % 2));
+    }
     out
 }
 
@@ -101,13 +143,19 @@ fn page_and_slot(j: u32, page_size: u32) -> (u32, u32) {
 }
 
 #[inline(always)]
-unsafe fn rpa_pipelined<Q: MmaElement, KV: KvElement, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEPS: usize, const NTILES: usize>(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
     // 16-bit KV is read by ldmatrix straight from the stage; 1-byte KV is widened first.
     let kv_bytes = core::mem::size_of::<KV>() as u32;
-    let widened = kv_bytes == 1;
+    let widened = KV::WIDENED;
+    // fp8 KV enters the tensor cores exact; its scales apply to the logits (k_scale, folded into
+    // sm_scale) and to the output (v_scale), in f32.
+    let mut p = p;
+    if widened {
+        p.sm_scale *= p.k_scale;
+    }
     // A stage: K rows then V rows of `tile` keys, `kv_row_bytes` each, as 16-byte chunks.
     let kv_row_bytes: u32 = D as u32 * kv_bytes;
     let row_chunks: u32 = kv_row_bytes / 16;
@@ -230,8 +278,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: KvElement, const D: usize, const KSTE
                     let (key, col) = ((chunk % chunks_per_region) / row_chunks, chunk % row_chunks);
                     let src = stage + region * tile * kv_row_bytes + (warp * 16 + key) * kv_row_bytes + col * 16;
                     let raw = *(smem_bytes.add(src as usize) as *const [u32; 4]);
-                    let scale = if region == 0 { p.k_scale } else { p.v_scale };
-                    let wide = widen_chunk::<Q, KV>(raw, scale);
+                    let wide = KV::widen16::<Q>(raw);
                     let row = widen_base + region * 16 * row_bytes + key * row_bytes;
                     unroll::<2>(|h| {
                         let c16 = (2 * col + h as u32) ^ (key & 7);
@@ -283,6 +330,9 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: KvElement, const D: usize, const KSTE
     // area.
     wait_all();
     sync_threads();
+    if widened {
+        unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
+    }
     store_warp_state::<NTILES>(smem, D, &m, &l, &o);
     sync_threads();
     merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D);
