@@ -257,13 +257,14 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
     });
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, HC, stride);
+    merge_warps_and_store(&ptr, &p, &blk, smem, HC, stride, RPA_THREADS as usize);
 }
 
-/// Final step of both attention kernels: every warp left `(m, l, acc[head_dim])` per query head
-/// of the chunk in shared memory, at `smem[(warp * rows + head) * stride]`; merge them
-/// (softmax-weighted) and write the output row, or the split's partial output and log-sum-exp.
-/// The caller synchronizes the block before.
+/// Final step of the attention kernels: each of [`RPA_WARPS`] (logical) warps left
+/// `(m, l, acc[head_dim])` per query head of the chunk in shared memory, at
+/// `smem[(warp * rows + head) * stride]`; merge them (softmax-weighted) and write the output row,
+/// or the split's partial output and log-sum-exp. The block's `threads` threads share the work;
+/// the caller synchronizes the block before.
 #[inline(always)]
 pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     ptr: &RpaPointers<Q, KV>,
@@ -272,6 +273,7 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     smem: *const f32,
     rows: usize,
     stride: usize,
+    threads: usize,
 ) {
     let d = p.head_dim as usize;
     let total = blk.hc * d;
@@ -308,7 +310,7 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
                 *ptr.part_lse.add(row) = if l_all > 0.0 { m_all + ln_approx(l_all) } else { f32::NEG_INFINITY };
             }
         }
-        idx += RPA_THREADS as usize;
+        idx += threads;
     }
 }
 
@@ -352,8 +354,8 @@ macro_rules! attention_kernels {
         /// One attention kernel (see the module docs); launched by the host's `launch_cuda`.
         ///
         /// # Safety
-        /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)`, 128 threads, the shared
-        /// memory the host computes; every pointer a device buffer of the shape `params` describes
+        /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)` (the first two swapped when
+        /// `params.heads_on_x`), the block size and shared memory the host computes; every pointer a device buffer of the shape `params` describes
         /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1). Metadata values may be
         /// anything: they never lead outside the buffers.
         #[$crate::kernel]

@@ -21,7 +21,7 @@ use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_any, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 
 use super::paged_attention::{
-    attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, RPA_WARPS,
+    attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, RPA_THREADS, RPA_WARPS,
 };
 use super::unroll;
 
@@ -165,29 +165,32 @@ pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
 }
 
 /// Hands a warp's `(m, l, O)` of rows `g` and `g + 8` to [`merge_warps_and_store`]: shared layout
-/// `[warp][row][2 + head_dim]` f32. The caller synchronizes the block before (nothing else may
-/// still use that shared memory) and after.
+/// `[logical warp][row][2 + head_dim]` f32, `O` covering dims `[dim0, dim0 + 8 * NTILES)`. Warps
+/// that split the head dims of one logical warp share its `(m, l)`; the one with `dim0 == 0`
+/// writes them. The caller synchronizes the block before (nothing else may still use that shared
+/// memory) and after.
 #[inline(always)]
 pub(crate) unsafe fn store_warp_state<const NTILES: usize>(
     smem: *mut f32,
     head_dim: usize,
+    logical_warp: usize,
+    dim0: usize,
     m: &[f32; 2],
     l: &[f32; 2],
     o: &[[f32; 4]; NTILES],
 ) {
     let lane = lane_id() as usize;
-    let warp = thread_idx_x() as usize / WARP_SIZE as usize;
     let (gq, cq) = (lane / 4, lane % 4);
     let stride = 2 + head_dim;
     unroll::<2>(|ri| {
         let sum = quad_sum(l[ri]);
-        let row = smem.add((warp * MMA_HEADS_PER_BLOCK as usize + gq + 8 * ri) * stride);
-        if cq == 0 {
+        let row = smem.add((logical_warp * MMA_HEADS_PER_BLOCK as usize + gq + 8 * ri) * stride);
+        if cq == 0 && dim0 == 0 {
             *row = m[ri];
             *row.add(1) = sum;
         }
         unroll::<NTILES>(|nt| {
-            let dim = nt * 8 + 2 * cq;
+            let dim = dim0 + nt * 8 + 2 * cq;
             *row.add(2 + dim) = o[nt][2 * ri];
             *row.add(3 + dim) = o[nt][2 * ri + 1];
         });
@@ -261,9 +264,9 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
 
     // Hand (m, l, O) of rows gq and gq + 8 to the shared merge: layout [warp][row][2 + d].
     let smem = dynamic_shared_mem::<f32>();
-    store_warp_state::<NTILES>(smem, d, &m, &l, &o);
+    store_warp_state::<NTILES>(smem, d, warp as usize, 0, &m, &l, &o);
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + d);
+    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + d, RPA_THREADS as usize);
 }
 
 /// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.

@@ -43,11 +43,29 @@ use super::unroll;
 pub const PIPE_TILE_KEYS: u32 = 64;
 /// Shared-memory stages of the K/V pipeline (tiles in flight = stages - 1).
 pub const PIPE_STAGES: u32 = 3;
+/// 16-key groups of a tile, one per warp (or per `DSPLIT` warps).
+const PIPE_KEY_GROUPS: u32 = PIPE_TILE_KEYS / 16;
 
-/// Whether the pipelined kernel covers a head size (its shared rows must be whole groups of eight
-/// 16-byte chunks for the permutation, and its fragments fit the registers up to 128).
-pub const fn pipelined_supports_head_dim(head_dim: u32) -> bool {
-    head_dim == 64 || head_dim == 128
+/// Warps that split one key group's head dims: 2 for head_dim 256 (the accumulators of a full
+/// 256-dim row would not fit one warp's registers), else 1.
+pub const fn pipelined_dim_split(head_dim: u32) -> u32 {
+    if head_dim > 128 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Threads per block of the pipelined kernel.
+pub const fn pipelined_threads(dim_split: u32) -> u32 {
+    RPA_THREADS * dim_split
+}
+
+/// Whether the pipelined kernel covers a head size and KV element size: its shared rows must be
+/// whole groups of eight 16-byte chunks for the permutation; fp8 only up to 128 (the per-warp
+/// widening is not split over warps).
+pub const fn pipelined_supports(head_dim: u32, kv_bytes: u32) -> bool {
+    head_dim == 64 || head_dim == 128 || (head_dim == 256 && kv_bytes == 2)
 }
 
 /// Shared memory of one stage: K and V rows of a tile, `kv_bytes` bytes per element.
@@ -67,7 +85,7 @@ pub const fn pipelined_widen_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
 /// Dynamic shared memory of the pipelined kernel: the stages and widening areas, reused by the
 /// final warp merge.
 pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
-    let warps = RPA_THREADS / WARP_SIZE;
+    let warps = PIPE_KEY_GROUPS;
     let pipeline =
         PIPE_STAGES * pipelined_stage_bytes(head_dim, kv_bytes) + warps * pipelined_widen_bytes(head_dim, kv_bytes);
     let merge = super::paged_attention_mma::mma_shared_bytes(head_dim);
@@ -143,10 +161,23 @@ fn page_and_slot(j: u32, page_size: u32) -> (u32, u32) {
 }
 
 #[inline(always)]
-unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn rpa_pipelined<
+    Q: MmaElement,
+    KV: StagedKv,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const DSPLIT: usize,
+>(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
+    // DSPLIT warps share each 16-key group, each accumulating NTILES 8-dim tiles of O (head dims
+    // [dim_part * 8 * NTILES, ...)); all compute the group's full S.
+    const { assert!(NTILES * 8 * DSPLIT == D && KSTEPS * 16 == D, "tiles cover the head dim") };
+    // Warps sharing a key group would widen the same 1-byte rows into the same area.
+    const { assert!(!KV::WIDENED || DSPLIT == 1, "1-byte KV needs one warp per key group") };
+    let threads = pipelined_threads(DSPLIT as u32);
     // 16-bit KV is read by ldmatrix straight from the stage; 1-byte KV is widened first.
     let kv_bytes = core::mem::size_of::<KV>() as u32;
     let widened = KV::WIDENED;
@@ -164,14 +195,18 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
     let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes);
     // Rows that ldmatrix reads hold D 16-bit elements.
     let row_bytes: u32 = D as u32 * 2;
-    // Copies per thread and token (a quarter of the token's chunks): 8 for 16-bit KV and D = 128.
-    const COPIES: usize = 8;
+    // Copies per thread and token (a quarter of the token's chunks): 8 for 16-bit KV and D = 128,
+    // 16 for D = 256; passes of `threads / 4` tokens cover the tile.
+    const COPIES: usize = 16;
     let copies_per_token_thread = token_chunks / 4;
-    const { assert!(PIPE_TILE_KEYS == 2 * (RPA_THREADS / 4), "two copy passes of 32 tokens per tile") };
+    let tokens_per_pass = threads / 4;
+    let passes = tile / tokens_per_pass;
 
     let tid = thread_idx_x();
     let lane = lane_id();
     let warp = tid / WARP_SIZE;
+    // The 16-key group this warp computes, and which part of the head dims it accumulates.
+    let (key_group, dim_part) = (warp % PIPE_KEY_GROUPS, warp / PIPE_KEY_GROUPS);
     let cq = (lane % 4) as usize;
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
     let (split_lo, split_hi) = (blk.split_lo, blk.split_hi);
@@ -180,7 +215,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
     let smem = dynamic_shared_mem::<f32>();
     let smem_bytes = smem as *mut u8;
     let smem_base = shared_address(smem);
-    let widen_base = PIPE_STAGES * stage_bytes + warp * pipelined_widen_bytes(D as u32, kv_bytes);
+    let widen_base = PIPE_STAGES * stage_bytes + key_group * pipelined_widen_bytes(D as u32, kv_bytes);
     let kv = ptr.kv as *const u8;
     let token_stride = 2 * p.num_kv_heads as usize * D * kv_bytes as usize; // bytes per token of the pool
     let head_offset = 2 * blk.g as usize * D * kv_bytes as usize;
@@ -208,7 +243,10 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
         let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
         let tile_base = split_lo + i * tile;
         unroll::<2>(|pass| {
-            let token = pass as u32 * (RPA_THREADS / 4) + tid / 4;
+            if pass as u32 >= passes {
+                return;
+            }
+            let token = pass as u32 * tokens_per_pass + tid / 4;
             let (src, valid) = match page_of(tile_base + token) {
                 Some((page, in_page)) => {
                     let t = page as usize * p.page_size as usize + in_page as usize;
@@ -262,7 +300,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
         }
 
         let stage = (i % PIPE_STAGES) * stage_bytes;
-        let key0 = split_lo + i * tile + warp * 16;
+        let key0 = split_lo + i * tile + key_group * 16;
         // Bit k: key key0 + k is inside the split and on a valid page (else zero-filled above).
         let present = warp_ballot(lane < 16 && page_of(key0 + lane).is_some());
 
@@ -276,7 +314,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
                 if chunk < 2 * chunks_per_region {
                     let region = chunk / chunks_per_region;
                     let (key, col) = ((chunk % chunks_per_region) / row_chunks, chunk % row_chunks);
-                    let src = stage + region * tile * kv_row_bytes + (warp * 16 + key) * kv_row_bytes + col * 16;
+                    let src = stage + region * tile * kv_row_bytes + (key_group * 16 + key) * kv_row_bytes + col * 16;
                     let raw = *(smem_bytes.add(src as usize) as *const [u32; 4]);
                     let wide = KV::widen16::<Q>(raw);
                     let row = widen_base + region * 16 * row_bytes + key * row_bytes;
@@ -290,7 +328,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
             sync_warp();
             (smem_base + widen_base, 16 * row_bytes)
         } else {
-            (smem_base + stage + warp * 16 * row_bytes, tile * row_bytes)
+            (smem_base + stage + key_group * 16 * row_bytes, tile * row_bytes)
         };
 
         // S = Q Kᵀ over the warp's 16 keys.
@@ -319,7 +357,7 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
         let v_row = k_base + v_offset + v_token * row_bytes;
         unroll::<NTILES>(|nt| {
             if nt % 2 == 0 {
-                let col = nt as u32 + v_half;
+                let col = (dim_part * NTILES as u32) + nt as u32 + v_half;
                 let b = ldmatrix_x4_trans(v_row + ((col ^ (v_token & 7)) * 16));
                 o[nt] = Q::mma(pa, [b[0], b[1]], o[nt]);
                 o[nt + 1] = Q::mma(pa, [b[2], b[3]], o[nt + 1]);
@@ -333,26 +371,27 @@ unsafe fn rpa_pipelined<Q: MmaElement, KV: StagedKv, const D: usize, const KSTEP
     if widened {
         unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
     }
-    store_warp_state::<NTILES>(smem, D, &m, &l, &o);
+    let dim0 = dim_part as usize * NTILES * 8;
+    store_warp_state::<NTILES>(smem, D, key_group as usize, dim0, &m, &l, &o);
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D);
+    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D, threads as usize);
 }
 
 /// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`.
 macro_rules! rpa_pipe_kernels {
-    ($( $q:ty, $kv:ty => $name64:ident, $name128:ident; )*) => {
-        attention_kernels! { $(
-            $name64: $q, $kv => rpa_pipelined[64, 4, 8];
-            $name128: $q, $kv => rpa_pipelined[128, 8, 16];
-        )* }
+    ($( $q:ty, $kv:ty => $($name:ident $d:literal),* ; )*) => {
+        attention_kernels! { $( $(
+            $name: $q, $kv => rpa_pipelined[$d, $d / 16, $d / 8 / pipelined_dim_split($d) as usize,
+                pipelined_dim_split($d) as usize];
+        )* )* }
     };
 }
 
 rpa_pipe_kernels! {
-    f16, f16 => rpa_pipe_f16_f16_d64, rpa_pipe_f16_f16_d128;
-    f16, F8E4M3 => rpa_pipe_f16_e4m3_d64, rpa_pipe_f16_e4m3_d128;
-    f16, F8E5M2 => rpa_pipe_f16_e5m2_d64, rpa_pipe_f16_e5m2_d128;
-    Bf16, Bf16 => rpa_pipe_bf16_bf16_d64, rpa_pipe_bf16_bf16_d128;
-    Bf16, F8E4M3 => rpa_pipe_bf16_e4m3_d64, rpa_pipe_bf16_e4m3_d128;
-    Bf16, F8E5M2 => rpa_pipe_bf16_e5m2_d64, rpa_pipe_bf16_e5m2_d128;
+    f16, f16 => rpa_pipe_f16_f16_d64 64, rpa_pipe_f16_f16_d128 128, rpa_pipe_f16_f16_d256 256;
+    f16, F8E4M3 => rpa_pipe_f16_e4m3_d64 64, rpa_pipe_f16_e4m3_d128 128;
+    f16, F8E5M2 => rpa_pipe_f16_e5m2_d64 64, rpa_pipe_f16_e5m2_d128 128;
+    Bf16, Bf16 => rpa_pipe_bf16_bf16_d64 64, rpa_pipe_bf16_bf16_d128 128, rpa_pipe_bf16_bf16_d256 256;
+    Bf16, F8E4M3 => rpa_pipe_bf16_e4m3_d64 64, rpa_pipe_bf16_e4m3_d128 128;
+    Bf16, F8E5M2 => rpa_pipe_bf16_e5m2_d64 64, rpa_pipe_bf16_e5m2_d128 128;
 }

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
-    pipelined_shared_bytes, pipelined_supports_head_dim, PIPE_TILE_KEYS,
+    pipelined_dim_split, pipelined_shared_bytes, pipelined_supports, pipelined_threads, PIPE_TILE_KEYS,
 };
 
 use super::PagedAttention;
@@ -146,13 +146,14 @@ pub fn tensor_core_applies(spec: &PagedAttention, cc: u32) -> bool {
     matches!(spec.q_dtype, DType::F16 | DType::BF16) && mma_supports_head_dim(spec.head_dim) && cc >= 80
 }
 
-/// Whether the pipelined kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype or
-/// fp8 KV (scaled or not), head dim 64 or 128, sm_80+ (`cp.async`, `ldmatrix`).
+/// Whether the pipelined kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype (head
+/// dim 64, 128 or 256) or fp8 KV, scaled or not (head dim 64 or 128); sm_80+ (`cp.async`,
+/// `ldmatrix`).
 pub fn pipelined_applies(spec: &PagedAttention, cc: u32) -> bool {
     let fp8 = matches!(spec.kv_dtype, DType::F8E4M3FN | DType::F8E5M2);
     matches!(spec.q_dtype, DType::F16 | DType::BF16)
         && (fp8 || (spec.kv_dtype == spec.q_dtype && !spec.kv_scaled()))
-        && pipelined_supports_head_dim(spec.head_dim)
+        && pipelined_supports(spec.head_dim, if fp8 { 1 } else { 2 })
         && cc >= 80
 }
 
@@ -238,7 +239,7 @@ pub unsafe fn launch_cuda_with(
         KernelChoice::Pipelined => {
             ensure!(
                 pipelined_applies(spec, cc),
-                "the pipelined kernel needs f16/bf16 q, unscaled KV of q's dtype or fp8 KV, head_dim 64 or 128 and sm_80+"
+                "the pipelined kernel needs f16/bf16 q, head_dim 64/128/256 with unscaled KV of q's dtype or 64/128 with fp8 KV, and sm_80+"
             );
             KernelChoice::Pipelined
         }
@@ -246,20 +247,21 @@ pub unsafe fn launch_cuda_with(
     };
     let name = kernel_name(spec, kernel);
     let group = spec.num_q_heads / spec.num_kv_heads;
-    let (heads_per_block, shared_bytes) = match kernel {
+    let (heads_per_block, threads, shared_bytes) = match kernel {
         KernelChoice::Pipelined => {
             let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
-            (MMA_HEADS_PER_BLOCK, pipelined_shared_bytes(spec.head_dim, kv_bytes))
+            let threads = pipelined_threads(pipelined_dim_split(spec.head_dim));
+            (MMA_HEADS_PER_BLOCK, threads, pipelined_shared_bytes(spec.head_dim, kv_bytes))
         }
-        KernelChoice::TensorCore => (MMA_HEADS_PER_BLOCK, mma_shared_bytes(spec.head_dim)),
-        _ => (HEADS_PER_BLOCK, rpa_shared_bytes(spec.dims_per_lane())),
+        KernelChoice::TensorCore => (MMA_HEADS_PER_BLOCK, RPA_THREADS, mma_shared_bytes(spec.head_dim)),
+        _ => (HEADS_PER_BLOCK, RPA_THREADS, rpa_shared_bytes(spec.dims_per_lane())),
     };
     let chunks = group.div_ceil(heads_per_block);
     let grid_y = spec.num_kv_heads * chunks;
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
     let (num_splits, split_len) = if kernel == KernelChoice::Pipelined {
-        let slots = module.resident_blocks(name, RPA_THREADS, shared_bytes)? as u64 * module.multiprocessors as u64;
+        let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
         choose_splits_by_waves(blocks_per_split, spec.max_visited_keys(), slots)
     } else {
         choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors)
@@ -298,7 +300,7 @@ pub unsafe fn launch_cuda_with(
         .push(part_o)
         .push(part_lse)
         .push(params);
-    let cfg = LaunchConfig { grid, block: (RPA_THREADS, 1, 1), shared_bytes };
+    let cfg = LaunchConfig { grid, block: (threads, 1, 1), shared_bytes };
     let launched = module.launch(stream, name, cfg, &mut args.pointers());
     let combined = launched.and_then(|()| {
         if num_splits <= 1 {
