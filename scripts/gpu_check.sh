@@ -15,9 +15,10 @@ step() { # name, command...
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -c 'import jax, torch; print("jax", jax.__version__, "torch", torch.__version__, torch.version.cuda)'; } > "$OUT/device.txt" 2>&1
 step rust_gpu .gpu/bin/gpu --include-ignored --test-threads=1 --nocapture
 if [ "${XGK_SANITIZE:-1}" = 1 ]; then
-  # Every tool over the invalid-metadata cases (all kernels, small enough for racecheck).
+  # Every tool over the invalid-metadata cases (all kernels) and the pipelined kernel's short
+  # cases (every variant): small enough for racecheck.
   for tool in memcheck racecheck synccheck initcheck; do
-    step "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata
+    step "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata small_cases
   done
 fi
 step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py

@@ -66,7 +66,7 @@ fn scale_pair<Q: MmaElement>(pair: u32, factor: u32) -> u32 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        let _ = (pair, factor);
+        let _ = (pair, factor, Q::IS_BF16);
         crate::gpu_only!("scale_pair")
     }
 }
