@@ -110,7 +110,10 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     let chunk = head_chunk % chunks;
     let h0 = g * group + chunk * heads_per_chunk;
     let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
-    let split = block_idx_z();
+    // Highest splits first: blocks are scheduled in launch order, and the late splits of a batch
+    // exist only for its long sequences, so the longest work starts first and the short (or empty,
+    // exiting at once) blocks fill in behind it instead of trailing it.
+    let split = p.num_splits.max(1) - 1 - block_idx_z().min(p.num_splits.max(1) - 1);
     let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
     let seq = find_sequence(t as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
     let (window, seq_idx) = match seq {
