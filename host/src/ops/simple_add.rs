@@ -72,8 +72,8 @@ impl SimpleAdd {
         let per_thread = if vector_ok { vector_width(elem) } else { 1 };
         const THREADS: u32 = 256;
         let wanted = self.len.div_ceil(per_thread).div_ceil(THREADS as usize);
-        // Grid-stride loop: a few waves of blocks is enough to saturate bandwidth.
-        let max_blocks = module.multiprocessors as usize * 16;
+        // Grid-stride loop: one wave of resident blocks (as many as the kernel's registers allow).
+        let max_blocks = module.multiprocessors as usize * module.resident_blocks(self.kernel(), THREADS, 0)? as usize;
         let blocks = wanted.clamp(1, max_blocks) as u32;
         let mut args = KernelArgs::new();
         args.push(a).push(b).push(out).push(self.len as u64).push(vector_ok as u32);
