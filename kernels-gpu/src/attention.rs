@@ -38,9 +38,6 @@ pub struct RpaParams {
     pub include_masked: u32,
     /// 1 = K/V are multiplied by `k_scale`/`v_scale` and rounded to q's dtype.
     pub kv_scaled: u32,
-    /// 1 = the grid is `(head chunks, rows, splits)` instead of `(rows, head chunks, splits)`, so
-    /// blocks of one row's KV heads (which read the same tokens) are scheduled together.
-    pub heads_on_x: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

@@ -102,8 +102,7 @@ pub(crate) struct Block {
 /// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
 #[inline(always)]
 pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) -> Block {
-    let (t, head_chunk) =
-        if p.heads_on_x != 0 { (block_idx_y(), block_idx_x()) } else { (block_idx_x(), block_idx_y()) };
+    let (t, head_chunk) = (block_idx_x(), block_idx_y());
     let group = p.num_q_heads / p.num_kv_heads;
     let chunks = group.div_ceil(heads_per_chunk);
     let g = head_chunk / chunks;
@@ -357,8 +356,8 @@ macro_rules! attention_kernels {
         /// One attention kernel (see the module docs); launched by the host's `launch_cuda`.
         ///
         /// # Safety
-        /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)` (the first two swapped when
-        /// `params.heads_on_x`), the block size and shared memory the host computes; every pointer a device buffer of the shape `params` describes
+        /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)`, the block size and shared
+        /// memory the host computes; every pointer a device buffer of the shape `params` describes
         /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1). Metadata values may be
         /// anything: they never lead outside the buffers.
         #[$crate::kernel]

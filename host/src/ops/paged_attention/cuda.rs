@@ -266,13 +266,8 @@ pub unsafe fn launch_cuda_with(
     } else {
         choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors)
     };
-    let mut params = spec.kernel_params(num_splits, split_len);
-    let mut grid = (spec.max_tokens, grid_y, num_splits);
-    if kernel == KernelChoice::Pipelined && spec.max_tokens <= 65535 && std::env::var_os("XGK_RPA_HEADS_ON_X").is_some()
-    {
-        params.heads_on_x = 1;
-        grid = (grid_y, spec.max_tokens, num_splits);
-    }
+    let params = spec.kernel_params(num_splits, split_len);
+    let grid = (spec.max_tokens, grid_y, num_splits);
 
     let scratch = if num_splits > 1 {
         let rows = num_splits as usize * spec.max_tokens as usize * spec.num_q_heads as usize;
