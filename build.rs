@@ -13,7 +13,7 @@
 //! Settings (environment variables, each rebuilds when changed):
 //! - `XGK_CUDA_ARCH`: PTX target, default `sm_80` (runs on A100, H100, H200 and newer through the
 //!   driver's JIT). `sm_90a` is needed for Hopper-only instructions.
-//! - `XGK_PTX_FEATURES`: extra LLVM features, e.g. `+ptx85`; the PTX ISA version follows them.
+//! - `XGK_PTX_FEATURES`: LLVM features, default `+ptx78`; the PTX ISA version follows them.
 
 use std::env;
 use std::fs;
@@ -23,6 +23,9 @@ use std::process::Command;
 const LINKER_MODE_VAR: &str = "XGK_PTX_LINKER";
 const LLVM_BIN_VAR: &str = "XGK_LLVM_BIN";
 const DEFAULT_ARCH: &str = "sm_80";
+/// PTX ISA 7.8 (CUDA 11.8): the L2 cache hints on `cp.async` need 7.4; every driver with
+/// `cuCtxGetId` (CUDA 12+), which the runtime needs anyway, JIT-compiles it.
+const DEFAULT_FEATURES: &str = "+ptx78";
 
 fn main() {
     if env::var_os(LINKER_MODE_VAR).is_some() {
@@ -52,7 +55,7 @@ fn build_ptx() -> Result<(), String> {
     if !arch.starts_with("sm_") {
         return Err(format!("XGK_CUDA_ARCH={arch:?} is not an sm_XX architecture"));
     }
-    let features = env::var("XGK_PTX_FEATURES").unwrap_or_default();
+    let features = env::var("XGK_PTX_FEATURES").unwrap_or_else(|_| DEFAULT_FEATURES.to_string());
 
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = command_output(Command::new(&rustc).args(["--print", "sysroot"]))?;

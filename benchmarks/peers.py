@@ -9,8 +9,9 @@ One process, one GPU, the same inputs for every implementation:
   pre-scaled).
 
 Every implementation is checked against a float32 reference (up to 4 sampled sequences per case)
-before it is timed; a failing one is reported and not timed. Timing: CUDA events around each call
-(torch), or wall clock over back-to-back jitted calls (JAX: includes JAX's dispatch); warm-up
+before it is timed; a failing one is reported and not timed. Timing: CUDA events around replays of
+a CUDA graph of 10 calls (torch implementations: the kernels' time, no host cost per call), or
+wall clock over back-to-back jitted calls (JAX: includes JAX's dispatch, ~35 µs a call); warm-up
 first, 3 rounds in alternating order, medians with p10/p90. The KV pool holds at least 512 MiB
 (far above L2) with pages handed out in random order; inputs are uniform random, never zeros. The
 copy bandwidth is measured in the same run; each case reports its fewest bytes
@@ -222,6 +223,8 @@ def check(inp, case, out_rows_fn):
 # ---------------------------------------------------------------- implementations
 
 def time_cuda(fn, warmup=5, iters=30):
+    """Per-call CUDA-event times of eager calls (includes the host's per-call cost when it exceeds
+    the kernel's: the GPU then waits for the launch)."""
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -232,6 +235,25 @@ def time_cuda(fn, warmup=5, iters=30):
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+GRAPH_CALLS = 10
+
+
+def graph_timer(fn):
+    """Captures GRAPH_CALLS calls of `fn` in a CUDA graph; the returned timer gives per-call times of
+    graph replays (the kernels' time, without the host's per-call cost)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_CALLS):
+            fn()
+    return lambda: [t / GRAPH_CALLS for t in time_cuda(graph.replay, warmup=2, iters=10)]
 
 
 def time_jax(fn, warmup=3, iters=30):
@@ -250,13 +272,18 @@ def time_jax(fn, warmup=3, iters=30):
 
 
 class Ours:
+    """Our torch op with one kernel variant: `auto`, `pipelined`, `mma` or `general`, optionally
+    `:h<N>` for the pipelined kernel's L2 copy hints (`XGK_RPA_COPY_HINT`)."""
+
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
-        self.variant = variant
+        self.kernel, _, hint = variant.partition(":h")
+        self.hint = hint or "0"
 
     def prepare(self, inp, case):
-        os.environ["XGK_RPA_KERNEL"] = self.variant
+        os.environ["XGK_RPA_KERNEL"] = self.kernel
+        os.environ["XGK_RPA_COPY_HINT"] = self.hint
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)
         kw = dict(sm_scale=inp.sm_scale, sliding_window=inp.window, soft_cap=inp.soft_cap, k_scale=inp.k_scale,
                   v_scale=inp.v_scale)
@@ -264,7 +291,8 @@ class Ours:
         out = run()
         torch.cuda.synchronize()
         err = check(inp, case, lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]])
-        return err, lambda: time_cuda(run), "CUDA events"
+        replay = graph_timer(run)  # the kernel variant is fixed at capture
+        return err, replay, "CUDA graph replay (CUDA events)"
 
 
 class OursJax:
@@ -274,7 +302,7 @@ class OursJax:
         import jax
         import jax.numpy as jnp
         import xla_gpu_kernels.jax as xk
-        os.environ["XGK_RPA_KERNEL"] = "auto"
+        os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = "auto", "0"
         conv = lambda t: jnp.asarray(t.cpu().numpy()) if t.dtype != torch.bfloat16 else jax.dlpack.from_dlpack(t)  # noqa: E731
         kv = jax.dlpack.from_dlpack(inp.kv) if inp.kv.dtype == torch.bfloat16 else \
             jnp.asarray(inp.kv.view(torch.uint8).cpu().numpy()).view(jnp.float8_e4m3fn)
@@ -321,7 +349,7 @@ class FlashInferDecode:
         out = run()
         torch.cuda.synchronize()
         err = check(inp, case, lambda s: out[s:s + 1])
-        return err, lambda: time_cuda(run), "CUDA events (plan not timed)"
+        return err, graph_timer(run), "CUDA graph replay (CUDA events; plan not timed)"
 
 
 class PallasDecode:

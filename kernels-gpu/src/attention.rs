@@ -38,6 +38,9 @@ pub struct RpaParams {
     pub include_masked: u32,
     /// 1 = K/V are multiplied by `k_scale`/`v_scale` and rounded to q's dtype.
     pub kv_scaled: u32,
+    /// L2 hints of the pipelined kernel's K/V copies: bit 0 = prefetch 256 bytes, bit 1 =
+    /// evict-first policy.
+    pub copy_hint: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

@@ -7,28 +7,67 @@
 //! building block of multi-stage shared-memory pipelines (copies of tile `i + stages - 1` are in
 //! flight while tile `i` is computed).
 
+/// L2 cache hints for [`cp_async_16`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyHint {
+    /// Prefetch the surrounding 256 bytes into L2 (`.L2::256B`).
+    pub prefetch_256: bool,
+    /// An `evict_first` L2 policy (from [`evict_first_policy`]): streamed data leaves L2 first.
+    pub evict_first: Option<u64>,
+}
+
+/// An L2 cache policy that evicts the lines it covers first (`createpolicy ... evict_first`).
+#[inline(always)]
+pub fn evict_first_policy() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let policy: u64;
+        // SAFETY: creates a policy value; touches no memory.
+        unsafe {
+            core::arch::asm!("createpolicy.fractional.L2::evict_first.b64 {}, 1.0;", out(reg64) policy,
+                options(pure, nomem, nostack))
+        };
+        policy
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("evict_first_policy")
+}
+
 /// Copies 16 bytes from global `src` to the shared-memory address `dst` (cached in L2 only), or
-/// writes 16 zero bytes when `valid` is false (then nothing is read and `src` may be any address).
+/// writes 16 zero bytes when `valid` is false (then nothing is read and `src` may be any address),
+/// with the given L2 hints.
 ///
 /// # Safety
 /// `dst` must be a 16-byte aligned shared-memory address (see [`crate::shared::shared_address`])
 /// inside the block's allocation; when `valid`, `src` must be a 16-byte aligned global address
 /// valid for 16 bytes. Nothing may read `dst` before the copy's group is waited for.
 #[inline(always)]
-pub unsafe fn cp_async_16(dst: u32, src: *const u8, valid: bool) {
+pub unsafe fn cp_async_16(dst: u32, src: *const u8, valid: bool, hint: CopyHint) {
     #[cfg(target_arch = "nvptx64")]
     {
-        let src_bytes: u32 = if valid { 16 } else { 0 };
-        // No `nomem`: the compiler must keep it ordered with the waits and barriers around it.
-        core::arch::asm!(
-            "cp.async.cg.shared.global [{dst}], [{src}], 16, {n};",
-            dst = in(reg32) dst, src = in(reg64) src, n = in(reg32) src_bytes,
-            options(nostack),
-        );
+        let n: u32 = if valid { 16 } else { 0 };
+        // No `nomem`: the compiler must keep them ordered with the waits and barriers around them.
+        macro_rules! copy {
+            ($suffix:literal) => {
+                core::arch::asm!(concat!("cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, {n};"),
+                    dst = in(reg32) dst, src = in(reg64) src, n = in(reg32) n, options(nostack))
+            };
+            ($suffix:literal, $policy:expr) => {
+                core::arch::asm!(concat!("cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, {n}, {p};"),
+                    dst = in(reg32) dst, src = in(reg64) src, n = in(reg32) n, p = in(reg64) $policy,
+                    options(nostack))
+            };
+        }
+        match (hint.prefetch_256, hint.evict_first) {
+            (false, None) => copy!(""),
+            (true, None) => copy!(".L2::256B"),
+            (false, Some(policy)) => copy!(".L2::cache_hint", policy),
+            (true, Some(policy)) => copy!(".L2::cache_hint.L2::256B", policy),
+        }
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        let _ = (dst, src, valid);
+        let _ = (dst, src, valid, hint);
         crate::gpu_only!("cp_async_16")
     }
 }

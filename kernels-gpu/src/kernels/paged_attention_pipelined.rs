@@ -25,7 +25,7 @@
 //!   rounding fewer (within the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{page_is_valid, RpaParams};
-use crate::copy::{commit_group, cp_async_16, wait_all, wait_group};
+use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group, CopyHint};
 use crate::fp8::Fp8;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
@@ -239,6 +239,10 @@ unsafe fn rpa_pipelined<
     // thread resolves one page-table entry per 32 tokens. 16-bit rows are stored permuted for
     // ldmatrix; 1-byte rows as they are.
     let quad = tid % 4;
+    let hint = CopyHint {
+        prefetch_256: p.copy_hint & 1 != 0,
+        evict_first: if p.copy_hint & 2 != 0 { Some(evict_first_policy()) } else { None },
+    };
     let issue = |i: u32| {
         let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
         let tile_base = split_lo + i * tile;
@@ -261,7 +265,7 @@ unsafe fn rpa_pipelined<
                     let (region, col) = (part / row_chunks, part % row_chunks);
                     let col = if widened { col } else { col ^ (token & 7) };
                     let dst = stage_base + region * tile * kv_row_bytes + row + col * 16;
-                    cp_async_16(dst, src.add(c * 64), valid);
+                    cp_async_16(dst, src.add(c * 64), valid, hint);
                 }
             });
         });

@@ -141,6 +141,12 @@ impl KernelChoice {
     }
 }
 
+/// L2 hints for the pipelined kernel's copies from `XGK_RPA_COPY_HINT` (bit 0: prefetch 256
+/// bytes, bit 1: evict first; default 0), for measuring them side by side.
+fn copy_hint_from_env() -> u32 {
+    std::env::var("XGK_RPA_COPY_HINT").ok().and_then(|v| v.parse().ok()).unwrap_or(0) & 3
+}
+
 /// Whether the tensor-core kernel covers `spec` on a device of compute capability `cc`.
 pub fn tensor_core_applies(spec: &PagedAttention, cc: u32) -> bool {
     matches!(spec.q_dtype, DType::F16 | DType::BF16) && mma_supports_head_dim(spec.head_dim) && cc >= 80
@@ -266,7 +272,8 @@ pub unsafe fn launch_cuda_with(
     } else {
         choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors)
     };
-    let params = spec.kernel_params(num_splits, split_len);
+    let mut params = spec.kernel_params(num_splits, split_len);
+    params.copy_hint = copy_hint_from_env();
     let grid = (spec.max_tokens, grid_y, num_splits);
 
     let scratch = if num_splits > 1 {

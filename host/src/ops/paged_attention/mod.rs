@@ -248,6 +248,7 @@ impl PagedAttention {
             sliding_window: a.sliding_window.unwrap_or(0),
             include_masked: self.include_masked() as u32,
             kv_scaled: self.kv_scaled() as u32,
+            copy_hint: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
