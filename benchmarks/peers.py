@@ -238,11 +238,15 @@ def time_cuda(fn, warmup=5, iters=30):
 
 
 GRAPH_CALLS = 10
+USE_GRAPHS = True
 
 
 def graph_timer(fn):
     """Captures GRAPH_CALLS calls of `fn` in a CUDA graph; the returned timer gives per-call times of
-    graph replays (the kernels' time, without the host's per-call cost)."""
+    graph replays (the kernels' time, without the host's per-call cost). With --eager: per-call
+    CUDA-event times of eager calls."""
+    if not USE_GRAPHS:
+        return lambda: time_cuda(fn)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -411,6 +415,8 @@ def main():
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
     ap.add_argument("--variants", default="auto")
     ap.add_argument("--no-jax", action="store_true", help="skip ours-jax and Pallas")
+    ap.add_argument("--no-flashinfer", action="store_true")
+    ap.add_argument("--eager", action="store_true", help="time eager calls (CUDA events per call), no graphs")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -419,8 +425,11 @@ def main():
                          capture_output=True, text=True).stdout.strip().splitlines()[0]
     impls = [Ours(v) for v in args.variants.split(",")]
     notes = []
+    global USE_GRAPHS
+    USE_GRAPHS = not args.eager
     try:
-        impls.append(FlashInferDecode())
+        if not args.no_flashinfer:
+            impls.append(FlashInferDecode())
     except Exception as e:  # noqa: BLE001
         notes.append(f"flashinfer skipped: {type(e).__name__}: {e}")
     if not args.no_jax:

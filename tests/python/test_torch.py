@@ -118,3 +118,34 @@ def test_torch_xla_front_end_says_what_to_use_instead():
             txla.register()
     else:  # pragma: no cover - torch_xla is not installable on our machines
         pytest.fail("torch_xla present: extend this test to run the legacy targets")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_len", [300, 5000])  # one split, and several (stream-ordered scratch)
+def test_paged_attention_replays_in_a_cuda_graph_with_new_metadata(kv_len):
+    """Captured in a torch CUDA graph, the op replays correctly, also after the metadata tensors'
+    contents change (kernels read them on the device at every replay)."""
+    torch.manual_seed(0)
+    page, pages_per_seq, seqs = 16, -(-kv_len // 16) + 1, 3
+    q = torch.rand(seqs, 8, 128, device="cuda", dtype=torch.bfloat16) - 0.5
+    kv = torch.rand(seqs * pages_per_seq + 4, page, 4, 128, device="cuda", dtype=torch.bfloat16) - 0.5
+    table = torch.randperm(kv.shape[0], device="cuda")[: seqs * pages_per_seq].int().reshape(seqs, pages_per_seq)
+    kv_lens = torch.tensor([kv_len, kv_len // 2, 7], dtype=torch.int32, device="cuda")
+    cu = torch.arange(seqs + 1, dtype=torch.int32, device="cuda")
+    num_seqs = torch.tensor([seqs], dtype=torch.int32, device="cuda")
+    args = (q, kv, kv_lens, table, cu, num_seqs)
+    op = lambda: torch.ops.xla_gpu.paged_attention(*args, sm_scale=0.088)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        op()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = op()
+    for lens in ([kv_len, kv_len // 2, 7], [kv_len // 3, 1, kv_len]):
+        kv_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        table.copy_(torch.randperm(kv.shape[0], device="cuda")[: seqs * pages_per_seq].int().reshape(seqs, -1))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, op(), rtol=0, atol=0)
