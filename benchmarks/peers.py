@@ -338,13 +338,19 @@ class FlashInferDecode:
             indptr.append(indptr[-1] + len(p))
         indices = torch.cat(inp.seq_pages).int().cuda()
         last = torch.tensor([(kv - 1) % inp.page + 1 for _, kv in case.seqs], dtype=torch.int32, device="cuda")
-        w = self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=True)
+        indptr_t = torch.tensor(indptr, dtype=torch.int32, device="cuda")
+        # use_cuda_graph: plan writes into these fixed buffers, so a captured run stays valid.
+        w = self.fi.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_cuda_graph=USE_GRAPHS, use_tensor_cores=True,
+            paged_kv_indptr_buffer=indptr_t if USE_GRAPHS else None,
+            paged_kv_indices_buffer=indices if USE_GRAPHS else None,
+            paged_kv_last_page_len_buffer=last if USE_GRAPHS else None)
         extra = {}
         if inp.soft_cap:
             extra["logits_soft_cap"] = inp.soft_cap
         if inp.window:
             extra["window_left"] = inp.window - 1
-        w.plan(torch.tensor(indptr, dtype=torch.int32, device="cuda"), indices, last, inp.hq, inp.hkv, inp.d, inp.page,
+        w.plan(indptr_t, indices, last, inp.hq, inp.hkv, inp.d, inp.page,
                q_data_type=torch.bfloat16, kv_data_type=inp.kv.dtype, sm_scale=inp.sm_scale, **extra)
         kw = {}
         if inp.k_scale is not None:
