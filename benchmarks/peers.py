@@ -283,7 +283,7 @@ class Ours:
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, _, hint = variant.partition(":h")
-        self.hint = hint or "0"
+        self.hint = hint or "1"  # the library's default
 
     def prepare(self, inp, case):
         os.environ["XGK_RPA_KERNEL"] = self.kernel
@@ -306,7 +306,7 @@ class OursJax:
         import jax
         import jax.numpy as jnp
         import xla_gpu_kernels.jax as xk
-        os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = "auto", "0"
+        os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = "auto", "1"
         conv = lambda t: jnp.asarray(t.cpu().numpy()) if t.dtype != torch.bfloat16 else jax.dlpack.from_dlpack(t)  # noqa: E731
         kv = jax.dlpack.from_dlpack(inp.kv) if inp.kv.dtype == torch.bfloat16 else \
             jnp.asarray(inp.kv.view(torch.uint8).cpu().numpy()).view(jnp.float8_e4m3fn)
@@ -314,6 +314,7 @@ class OursJax:
                                     (inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)]
         fn = jax.jit(functools.partial(xk.ragged_paged_attention, sm_scale=inp.sm_scale, sliding_window=inp.window,
                                        soft_cap=inp.soft_cap, k_scale=inp.k_scale, v_scale=inp.v_scale))
+        self.keep = (inp.q, inp.kv)  # the torch tensors JAX's arrays alias (dlpack) must outlive them
         out = fn(*args)
         out_t = torch.from_numpy(np.asarray(out.astype(jnp.float32))).cuda()
         err = check(inp, case, lambda s: out_t[inp.cu_list[s]:inp.cu_list[s + 1]])
@@ -371,9 +372,10 @@ class PallasDecode:
         import jax
         import jax.numpy as jnp
         from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention
-        k = jax.dlpack.from_dlpack(inp.kv[:, :, 0::2, :].permute(2, 0, 1, 3).contiguous())
-        v = jax.dlpack.from_dlpack(inp.kv[:, :, 1::2, :].permute(2, 0, 1, 3).contiguous())
-        q = jax.dlpack.from_dlpack((inp.q * inp.sm_scale).contiguous())
+        # Keep the torch tensors JAX's arrays alias (dlpack) alive as long as the timer is.
+        self.keep = (inp.kv[:, :, 0::2, :].permute(2, 0, 1, 3).contiguous(),
+                     inp.kv[:, :, 1::2, :].permute(2, 0, 1, 3).contiguous(), (inp.q * inp.sm_scale).contiguous())
+        k, v, q = (jax.dlpack.from_dlpack(t) for t in self.keep)
         lengths = jnp.asarray(inp.kv_lens.cpu().numpy())
         ppcb = 8 if inp.pages_per_seq % 8 == 0 else 1
         k_splits = 1
