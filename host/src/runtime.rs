@@ -219,21 +219,6 @@ impl ContextModule {
     }
 }
 
-impl ContextModule {
-    /// Fills `count` 32-bit words at device address `ptr` with `value`, in stream order.
-    ///
-    /// # Safety
-    /// `ptr` must be device memory of this context valid for `count` words when the stream reaches
-    /// this point (scratch from [`ContextModule::alloc_scratch`] on the same stream qualifies).
-    pub unsafe fn memset_u32(&self, stream: CUstream, ptr: u64, value: u32, count: usize) -> Result<()> {
-        let _guard = ContextGuard::push(self.context)?;
-        // SAFETY: the caller's contract.
-        unsafe { sys::cuMemsetD32Async(ptr, value, count, stream) }
-            .result()
-            .map_err(|e| Error::cuda("cuMemsetD32Async", e))
-    }
-}
-
 /// Device memory from [`ContextModule::alloc_scratch`].
 pub struct Scratch {
     ptr: sys::CUdeviceptr,

@@ -67,17 +67,3 @@ pub fn sync_threads() {
     #[cfg(not(target_arch = "nvptx64"))]
     crate::gpu_only!("sync_threads")
 }
-
-/// `fence.acq_rel.gpu` (`__threadfence()`): this thread's memory accesses before the fence are
-/// ordered, for every thread of the GPU, before its accesses after it. Pairs with atomics to hand
-/// data between blocks of one launch.
-#[inline(always)]
-pub fn thread_fence() {
-    #[cfg(target_arch = "nvptx64")]
-    // SAFETY: a fence has no operands; it only orders this thread's memory accesses.
-    unsafe {
-        core::arch::asm!("fence.acq_rel.gpu;", options(nostack))
-    };
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::gpu_only!("thread_fence")
-}

@@ -316,54 +316,37 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     }
 }
 
-/// Merges the `num_splits` partial outputs of row `t`, query head `h`: softmax-weighted by their
-/// log-sum-exp; threads `first, first + step, ...` take the head dims. Rows where every split saw
-/// no key are written as zeros. `VOLATILE` reads the partials around L1 (they were written by other
-/// blocks of the same launch).
+/// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their
+/// log-sum-exp. Rows where every split saw no key are written as zeros.
 #[inline(always)]
-pub(crate) unsafe fn combine_row<Q: Element, const VOLATILE: bool>(
-    part_o: *const f32,
-    part_lse: *const f32,
-    out: *mut Q,
-    p: &RpaParams,
-    t: usize,
-    h: usize,
-    first: usize,
-    step: usize,
-) {
-    let read = |ptr: *const f32| if VOLATILE { core::ptr::read_volatile(ptr) } else { *ptr };
+unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
+    let t = block_idx_x() as usize;
+    let h = block_idx_y() as usize;
     let d = p.head_dim as usize;
     let nq = p.num_q_heads as usize;
     let rows_per_split = p.max_tokens as usize * nq;
     let row = t * nq + h;
     let mut m_all = f32::NEG_INFINITY;
     for s in 0..p.num_splits as usize {
-        m_all = max_f32(m_all, read(part_lse.add(s * rows_per_split + row)));
+        m_all = max_f32(m_all, *part_lse.add(s * rows_per_split + row));
     }
-    let mut dim = first;
+    let mut dim = thread_idx_x() as usize;
     while dim < d {
         let mut o = 0.0f32;
         let mut wsum = 0.0f32;
         if m_all != f32::NEG_INFINITY {
             for s in 0..p.num_splits as usize {
-                let lse = read(part_lse.add(s * rows_per_split + row));
+                let lse = *part_lse.add(s * rows_per_split + row);
                 if lse != f32::NEG_INFINITY {
                     let w = exp2_approx((lse - m_all) * LOG2_E);
                     wsum += w;
-                    o += w * read(part_o.add((s * rows_per_split + row) * d + dim));
+                    o += w * *part_o.add((s * rows_per_split + row) * d + dim);
                 }
             }
         }
         *out.add(row * d + dim) = Q::from_f32(if wsum > 0.0 { o / wsum } else { 0.0 });
-        dim += step;
+        dim += RPA_THREADS as usize;
     }
-}
-
-/// The separate merge kernel: block (t, h) merges row t, query head h.
-#[inline(always)]
-unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
-    let (t, h) = (block_idx_x() as usize, block_idx_y() as usize);
-    combine_row::<Q, false>(part_o, part_lse, out, &p, t, h, thread_idx_x() as usize, RPA_THREADS as usize);
 }
 
 /// Declares attention kernels: `name: q type, KV type => inner_function[const arguments after

@@ -18,8 +18,6 @@
 //!   `ldmatrix` reads hit eight different bank groups;
 //! - one block barrier per tile: after it, the tile's copies from every thread are visible and
 //!   every warp is done with the stage the next copies overwrite;
-//! - with several splits, the last block of a (row, head chunk) to finish merges the partials
-//!   (an arrival counter per row and head chunk), so a call is one kernel, not two;
 //! - fp8 KV moves half the bytes: the stage holds the raw bytes, and each warp widens its 16 keys
 //!   (exactly: every fp8 value is a bf16 and an f16) into its own permuted 16-bit area before the
 //!   `ldmatrix` reads. `k_scale` multiplies the logits and `v_scale` the output, in f32, instead of
@@ -32,12 +30,10 @@ use crate::fp8::Fp8;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
-use crate::thread::{block_idx_y, grid_dim_y, sync_threads, thread_fence, thread_idx_x};
+use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
-use super::paged_attention::{
-    attention_kernels, combine_row, merge_warps_and_store, resolve_block, RpaPointers, RPA_THREADS,
-};
+use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, RPA_THREADS};
 use super::paged_attention_mma::{
     finish_logit, load_q_fragments, online_softmax_step, store_warp_state, MMA_HEADS_PER_BLOCK,
 };
@@ -383,54 +379,6 @@ unsafe fn rpa_pipelined<
     store_warp_state::<NTILES>(smem, D, key_group as usize, dim0, &m, &l, &o);
     sync_threads();
     merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D, threads as usize);
-    if p.num_splits > 1 {
-        merge_splits_if_last(&ptr, &p, blk.t, blk.h0, blk.hc, smem as *mut u32, threads);
-    }
-}
-
-/// After a split wrote its partial output: the last of the `num_splits` blocks of this (row, head
-/// chunk) to get here merges all the partials into the output (no separate merge kernel). The
-/// arrival counters follow the partial log-sum-exps in the scratch, one `u32` per (row, `blockIdx.y`),
-/// zeroed by the host before the launch. `flag` is one word of shared memory no thread still uses.
-#[inline(always)]
-unsafe fn merge_splits_if_last<Q: MmaElement, KV>(
-    ptr: &RpaPointers<Q, KV>,
-    p: &RpaParams,
-    t: u32,
-    h0: u32,
-    hc: usize,
-    flag: *mut u32,
-    threads: u32,
-) {
-    let partials = p.num_splits as usize * p.max_tokens as usize * p.num_q_heads as usize;
-    let counter =
-        (ptr.part_lse.add(partials) as *mut u32).add(t as usize * grid_dim_y() as usize + block_idx_y() as usize);
-    // Every thread's partial writes are visible GPU-wide before the block counts itself in.
-    thread_fence();
-    sync_threads();
-    let tid = thread_idx_x();
-    if tid == 0 {
-        let arrived =
-            core::sync::atomic::AtomicU32::from_ptr(counter).fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        *flag = (arrived + 1 == p.num_splits) as u32;
-    }
-    sync_threads();
-    if *flag != 0 {
-        // Acquire: the other blocks' partials (read around L1) are complete.
-        thread_fence();
-        for hh in 0..hc {
-            combine_row::<Q, true>(
-                ptr.part_o,
-                ptr.part_lse,
-                ptr.out,
-                p,
-                t as usize,
-                (h0 as usize) + hh,
-                tid as usize,
-                threads as usize,
-            );
-        }
-    }
 }
 
 /// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`.

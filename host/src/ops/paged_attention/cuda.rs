@@ -280,25 +280,20 @@ pub unsafe fn launch_cuda_with(
     params.copy_hint = copy_hint_from_env();
     let grid = (spec.max_tokens, grid_y, num_splits);
 
-    // Split partials: outputs [splits][rows][heads][dim] f32, then log-sum-exps [splits][rows][heads];
-    // the pipelined kernel merges them itself and also needs one arrival counter per (row,
-    // blockIdx.y), zeroed here; the other kernels leave the merge to `rpa_combine_*`.
-    let fused_merge = kernel == KernelChoice::Pipelined;
-    let partial_rows = num_splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
-    let counters = if fused_merge { spec.max_tokens as u64 * grid_y as u64 } else { 0 };
     let scratch = if num_splits > 1 {
-        let bytes = (partial_rows * (spec.head_dim as u64 + 1) + counters) * 4;
-        Some(module.alloc_scratch(stream, bytes as usize)?)
+        let rows = num_splits as usize * spec.max_tokens as usize * spec.num_q_heads as usize;
+        let bytes = rows * (spec.head_dim as usize + 1) * 4;
+        Some(module.alloc_scratch(stream, bytes)?)
     } else {
         None
     };
     let (part_o, part_lse) = match &scratch {
-        Some(s) => (s.ptr(), s.ptr() + partial_rows * spec.head_dim as u64 * 4),
+        Some(s) => {
+            let rows = num_splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
+            (s.ptr(), s.ptr() + rows * spec.head_dim as u64 * 4)
+        }
         None => (0, 0),
     };
-    if let (Some(_), true) = (&scratch, fused_merge) {
-        module.memset_u32(stream, part_lse + partial_rows * 4, 0, counters as usize)?;
-    }
 
     let mut args = KernelArgs::new();
     args.push(bufs.q)
@@ -314,7 +309,7 @@ pub unsafe fn launch_cuda_with(
     let cfg = LaunchConfig { grid, block: (threads, 1, 1), shared_bytes };
     let launched = module.launch(stream, name, cfg, &mut args.pointers());
     let combined = launched.and_then(|()| {
-        if num_splits <= 1 || fused_merge {
+        if num_splits <= 1 {
             return Ok(());
         }
         let mut args = KernelArgs::new();
