@@ -77,8 +77,11 @@ def kv_elem_bytes(case):
 
 
 def bytes_min(case):
-    hq, hkv, d, _, _ = GEOMETRIES[case.geometry]
-    kv = sum(2 * kv_len * hkv * d * kv_elem_bytes(case) for _, kv_len in case.seqs)
+    """Fewest bytes a call must move: each visible key's K and V once (a sliding window bounds a
+    decode row's keys), q read and the output written once."""
+    hq, hkv, d, _, window = GEOMETRIES[case.geometry]
+    visible = [min(kv_len, window) if (window and q == 1) else kv_len for q, kv_len in case.seqs]
+    kv = sum(2 * n * hkv * d * kv_elem_bytes(case) for n in visible)
     tokens = sum(q for q, _ in case.seqs)
     return kv + tokens * hq * d * 4
 
