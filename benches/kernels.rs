@@ -41,6 +41,43 @@ fn dptr<T>(s: &CudaSlice<T>, stream: &Arc<CudaStream>) -> *mut c_void {
     s.device_ptr(stream).0 as *mut c_void
 }
 
+/// A batch's metadata on the device.
+struct Metadata {
+    kv_lens: CudaSlice<i32>,
+    table: CudaSlice<i32>,
+    cu_q_lens: CudaSlice<i32>,
+    num_seqs: CudaSlice<i32>,
+}
+
+impl Metadata {
+    fn upload(stream: &Arc<CudaStream>, kv_lens: &[i32], table: &[i32], cu_q_lens: &[i32]) -> Self {
+        Metadata {
+            kv_lens: stream.clone_htod(kv_lens).unwrap(),
+            table: stream.clone_htod(table).unwrap(),
+            cu_q_lens: stream.clone_htod(cu_q_lens).unwrap(),
+            num_seqs: stream.clone_htod(&[kv_lens.len() as i32]).unwrap(),
+        }
+    }
+
+    fn buffers<Q, KV>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &CudaSlice<Q>,
+        kv: &CudaSlice<KV>,
+        out: &CudaSlice<Q>,
+    ) -> DeviceBuffers {
+        DeviceBuffers {
+            q: dptr(q, stream),
+            kv_pages: dptr(kv, stream),
+            kv_lens: dptr(&self.kv_lens, stream),
+            page_indices: dptr(&self.table, stream),
+            cu_q_lens: dptr(&self.cu_q_lens, stream),
+            num_seqs: dptr(&self.num_seqs, stream),
+            out: dptr(out, stream),
+        }
+    }
+}
+
 /// Times `iters` launches with CUDA events.
 fn time_gpu(stream: &Arc<CudaStream>, iters: u64, mut launch: impl FnMut()) -> Duration {
     let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -174,22 +211,9 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
         let kv_lens: Vec<i32> = batch.seqs.iter().map(|s| s.1 as i32).collect();
         let q: CudaSlice<u16> = stream.clone_htod(&random_bf16(&mut rng, tokens * HEADS * DIM)).unwrap();
         let out: CudaSlice<u16> = stream.alloc_zeros(tokens * HEADS * DIM).unwrap();
-        let (kv_lens_d, table_d, cu_d, ns_d) = (
-            stream.clone_htod(&kv_lens).unwrap(),
-            stream.clone_htod(&table).unwrap(),
-            stream.clone_htod(&cu).unwrap(),
-            stream.clone_htod(&[seqs as i32]).unwrap(),
-        );
+        let meta = Metadata::upload(stream, &kv_lens, &table, &cu);
         let op = spec(tokens, seqs, pages_per_seq, total_pages);
-        let bufs = DeviceBuffers {
-            q: dptr(&q, stream),
-            kv_pages: dptr(&kv, stream),
-            kv_lens: dptr(&kv_lens_d, stream),
-            page_indices: dptr(&table_d, stream),
-            cu_q_lens: dptr(&cu_d, stream),
-            num_seqs: dptr(&ns_d, stream),
-            out: dptr(&out, stream),
-        };
+        let bufs = meta.buffers(stream, &q, &kv, &out);
         let kv_bytes: usize = batch.seqs.iter().map(|s| s.1 * KV_TOKEN_BYTES).sum();
         g.throughput(Throughput::Bytes((kv_bytes + 2 * tokens * HEADS * DIM * 2) as u64));
         for (label, kernel) in [
@@ -222,24 +246,11 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
         let cu: Vec<i32> = (0..=b as i32).collect();
         let q: CudaSlice<u16> = stream.clone_htod(&random_bf16(&mut rng, b * HEADS * DIM)).unwrap();
         let out: CudaSlice<u16> = stream.alloc_zeros(b * HEADS * DIM).unwrap();
-        let (kv_lens_d, table_d, cu_d, ns_d) = (
-            stream.clone_htod(&vec![ctx as i32; b]).unwrap(),
-            stream.clone_htod(&table).unwrap(),
-            stream.clone_htod(&cu).unwrap(),
-            stream.clone_htod(&[b as i32]).unwrap(),
-        );
+        let meta = Metadata::upload(stream, &vec![ctx as i32; b], &table, &cu);
         let mut op = spec_kv(b, b, pages_per_seq, total_pages, DType::F8E4M3FN);
         op.attrs.k_scale = Some(0.5);
         op.attrs.v_scale = Some(0.25);
-        let bufs = DeviceBuffers {
-            q: dptr(&q, stream),
-            kv_pages: dptr(&kv8, stream),
-            kv_lens: dptr(&kv_lens_d, stream),
-            page_indices: dptr(&table_d, stream),
-            cu_q_lens: dptr(&cu_d, stream),
-            num_seqs: dptr(&ns_d, stream),
-            out: dptr(&out, stream),
-        };
+        let bufs = meta.buffers(stream, &q, &kv8, &out);
         g.throughput(Throughput::Bytes((b * ctx * KV_TOKEN_BYTES / 2 + 2 * b * HEADS * DIM * 2) as u64));
         for (label, kernel) in [("pipelined", KernelChoice::Pipelined), ("tensor_core", KernelChoice::TensorCore)] {
             g.bench_function(BenchmarkId::new(label, name), |bch| {

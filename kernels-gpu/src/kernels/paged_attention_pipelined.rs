@@ -9,7 +9,7 @@
 //! tiles of [`PIPE_TILE_KEYS`] keys:
 //! - all 128 threads copy a tile's K and V rows (page-gathered: one token's K and V for head `g`
 //!   are `2 * head_dim` contiguous elements) into one of [`PIPE_STAGES`] shared-memory stages
-//!   with 16-byte `cp.async`, `PIPE_STAGES - 1` tiles ahead of the math, so about 64 KiB per block
+//!   with 16-byte `cp.async` (256-byte L2 prefetch by default, `RpaParams::copy_hint`), `PIPE_STAGES - 1` tiles ahead of the math, so about 64 KiB per block
 //!   is in flight while a tile is consumed; keys past the split or on an invalid page are
 //!   zero-filled (and masked below);
 //! - each warp takes 16 keys of the tile: `S = Q Kᵀ` with K fragments from `ldmatrix`, online
