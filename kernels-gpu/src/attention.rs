@@ -74,10 +74,20 @@ pub fn clamp_num_seqs(raw: i32, max_num_seqs: u32) -> u32 {
 
 /// The sequence owning query row `t`: the last `i < num_seqs` with `cu(i) <= t` (binary search),
 /// provided `t < cu(i + 1)`. `cu(i)` reads `cu_q_lens[i]`; it is called with `i <= num_seqs` only.
+///
+/// Decode rows first: row `t` is sequence `t` whenever every earlier sequence has one query row,
+/// and two independent reads settle that, where the search costs log2(num_seqs) dependent reads
+/// before a GPU block can fetch anything else. For non-decreasing `cu_q_lens` the answer is the
+/// search's (no later `i` can have `cu(i) <= t < cu(t + 1)`); for decreasing ones it is still a
+/// sequence whose rows contain `t`, the same on the CPU and the GPU.
 #[inline(always)]
 pub fn find_sequence(t: i32, num_seqs: u32, cu: impl Fn(u32) -> i32) -> Option<u32> {
     if num_seqs == 0 || cu(0) > t {
         return None;
+    }
+    let guess = t as u32; // row indices are non-negative; the `t >= 0` test keeps the cast exact
+    if t >= 0 && guess < num_seqs && cu(guess) <= t && t < cu(guess + 1) {
+        return Some(guess);
     }
     let (mut lo, mut hi) = (0u32, num_seqs);
     while hi - lo > 1 {
