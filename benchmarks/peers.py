@@ -1,26 +1,28 @@
 """Ragged paged attention, ours against every peer available on the GPU machine, side by side.
 
-One process, one GPU, the same inputs for every implementation:
-- ours through the torch op (`torch.ops.xla_gpu.paged_attention`, CUDA events), once per kernel
-  variant (`--variants`, set through `XGK_RPA_KERNEL`), and through `jax.jit` ("ours-jax");
-- FlashInfer's tensor-core batch decode (`BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)`,
-  NHD pages, `plan` outside the timing), when its wheels are importable;
-- JAX's Pallas GPU `paged_attention` (decode only; pages `[kv_heads, pages, page_size, dim]`, q
-  pre-scaled).
+One process, one GPU, the same inputs for every implementation: ours through the torch op
+(`torch.ops.xla_gpu.paged_attention`) once per kernel variant (`--variants`, set through
+`XGK_RPA_KERNEL`) and through `jax.jit` ("ours-jax", variant auto); FlashInfer (tensor-core batch
+decode for decode cases, `BatchPrefillWithPagedKVCacheWrapper` for prefill cases, and both ways
+for mixed batches: one prefill wrapper over all rows, or prefill + decode wrappers, the faster
+reported as "flashinfer"; `plan` timed apart); JAX's Pallas GPU `paged_attention` (decode only).
+Every implementation is checked against a float32 reference (up to 4 sampled sequences a case, up
+to 256 sampled rows a sequence) before it is timed; a failing one is reported and not timed.
+Timing: CUDA events around replays of a CUDA graph of 10 calls (1 call when a call takes over a
+millisecond; torch implementations: the kernels' time, no host cost per call; `--eager`: events
+around each eager call), or wall clock over back-to-back jitted calls (JAX: includes JAX's
+dispatch); warm-up first, 3 rounds in alternating order, >= 30 samples (fewer, counted, when a
+call is so long that 10 would take over 2 s), medians with p10/p90. The KV pool holds at least
+512 MiB (far above L2) with pages handed out in random order; inputs are uniform random, never
+zeros. The copy bandwidth is measured in the same run; each case reports its fewest bytes
+(`2·Σvisible_kv·kv_heads·dim·sizeof(kv) + tokens·q_heads·dim·(sizeof(q)+sizeof(out))`) over the
+time, and causal TFLOP/s (`4·q_heads·dim·Σ visible keys per row`).
 
-Every implementation is checked against a float32 reference (up to 4 sampled sequences per case)
-before it is timed; a failing one is reported and not timed. Timing: CUDA events around replays of
-a CUDA graph of 10 calls (torch implementations: the kernels' time, no host cost per call), or
-wall clock over back-to-back jitted calls (JAX: includes JAX's dispatch, ~35 µs a call); warm-up
-first, 3 rounds in alternating order, medians with p10/p90. The KV pool holds at least 512 MiB
-(far above L2) with pages handed out in random order; inputs are uniform random, never zeros. The
-copy bandwidth is measured in the same run; each case reports its fewest bytes
-(`2·Σkv_len·kv_heads·dim·sizeof(kv) + tokens·q_heads·dim·(sizeof(q)+sizeof(out))`) over the time.
+    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|all [--geometry G1..G4]
+        [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
 
-    python3 benchmarks/peers.py --suite decode [--variants auto,mma] [--quick] [--out FILE.json]
-
-Writes FILE.json and FILE.png (default `benchmarks/results/peers-<suite>-<gpu>-<date>.*`) and
-prints a table last. `benchmarks/peers_table.py FILE.json` renders the Markdown table.
+Writes FILE.json and FILE.png (default `benchmarks/results/peers-<suite>-<geometry>-<gpu>-<date>.*`)
+and prints a table last. `benchmarks/peers_table.py FILE.json` renders the Markdown table.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import argparse
 import datetime
 import functools
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -41,8 +42,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
 os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 # JAX must not take most of the GPU's memory for itself: torch allocates the inputs.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -53,63 +56,81 @@ GEOMETRIES = {  # q heads, kv heads, head dim, soft cap, sliding window
     "G3": (32, 32, 128, None, None),
     "G4": (16, 8, 256, 50.0, 4096),
 }
+DEVICE = "cuda"  # the self-tests on a CPU machine set "cpu" (inputs and reference only)
 MIN_POOL_BYTES = 512 << 20
 MAX_KV_BYTES = 20 << 30
+CHECK_SEQS, CHECK_ROWS = 4, 256  # reference: sampled sequences a case, rows a sequence
+ROUND_BUDGET_US = 2e6  # a round of one implementation aims at no more than this
+GRAPH_CALLS = 10
+USE_GRAPHS = True
+MIX_WAYS = ("flashinfer-all", "flashinfer-split")  # mixed batches: one prefill wrapper; prefill + decode wrappers
 
 
 @dataclass
 class Case:
     name: str
     geometry: str
-    seqs: list  # (q_len, kv_len)
+    seqs: list  # (q_len, kv_len), prefill rows first in mixed batches
     page: int = 16
     kv_dtype: str = "bfloat16"
     results: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     @property
+    def kind(self):
+        decode = [q == 1 for q, _ in self.seqs]
+        return "decode" if all(decode) else "prefill" if not any(decode) else "mixed"
+
+    @property
     def decode(self):
-        return all(q == 1 for q, _ in self.seqs)
+        return self.kind == "decode"
 
 
 def kv_elem_bytes(case):
     return 1 if case.kv_dtype.startswith("float8") else 2
 
 
+def visible_keys(q_len, kv_len, window):
+    """Keys the rows of one sequence see in total: row r at position p = kv_len - q_len + r sees
+    keys max(0, p - window + 1) ..= p."""
+    pos = np.arange(kv_len - q_len, kv_len, dtype=np.int64)
+    return int(np.minimum(pos + 1, window).sum()) if window else int((pos + 1).sum())
+
+
 def bytes_min(case):
-    """Fewest bytes a call must move: each visible key's K and V once (a sliding window bounds a
-    decode row's keys), q read and the output written once."""
+    """Fewest bytes a call must move: each key some row sees, K and V once (a sliding window bounds
+    a decode row's keys), q read and the output written once."""
     hq, hkv, d, _, window = GEOMETRIES[case.geometry]
-    visible = [min(kv_len, window) if (window and q == 1) else kv_len for q, kv_len in case.seqs]
-    kv = sum(2 * n * hkv * d * kv_elem_bytes(case) for n in visible)
+    keys = [min(kv_len, window) if (window and q == 1) else kv_len for q, kv_len in case.seqs]
+    kv = sum(2 * n * hkv * d * kv_elem_bytes(case) for n in keys)
     tokens = sum(q for q, _ in case.seqs)
-    return kv + tokens * hq * d * 4
+    return kv + tokens * hq * d * 4  # bf16 q and output
 
 
 def causal_flops(case):
-    hq, _, d, _, _ = GEOMETRIES[case.geometry]
-    return 4 * hq * d * sum(q * kv - q * (q - 1) / 2 for q, kv in case.seqs)
+    """4·q_heads·dim per visible (row, key) pair; without a window Σ_i q_i·kv_i − q_i(q_i−1)/2."""
+    hq, _, d, _, window = GEOMETRIES[case.geometry]
+    return 4 * hq * d * sum(visible_keys(q, kv, window) for q, kv in case.seqs)
 
 
 def suite_cases(suite, quick, geometry):
-    cases = []
+    """The benchmark matrix (shared/reference/benchmarks.md); cells over MAX_KV_BYTES are dropped."""
+    cases, dropped = [], []
     if suite in ("decode", "all"):
         batches = (1, 16, 64) if quick else (1, 4, 16, 64, 256)
         contexts = (2048, 32768) if quick else (512, 2048, 8192, 32768)
         for b in batches:
             for ctx in contexts:
-                c = Case(f"{geometry} decode {b}x{ctx}", geometry, [(1, ctx)] * b)
-                if bytes_min(c) <= MAX_KV_BYTES:
-                    cases.append(c)
-        for b, ctx in ((32, 4096), (128, 2048)):  # the issue's cells
-            if not quick:
+                cases.append(Case(f"{geometry} decode {b}x{ctx}", geometry, [(1, ctx)] * b))
+        if not quick:
+            for b, ctx in ((32, 4096), (128, 2048)):  # the issue's cells
                 cases.append(Case(f"{geometry} decode {b}x{ctx}", geometry, [(1, ctx)] * b))
     if suite in ("uneven", "all"):
         rng = np.random.default_rng(0)
         lens = rng.integers(256, 16384 + 1, 64)
         cases.append(Case(f"{geometry} uneven uniform[256,16k] B64", geometry, [(1, int(x)) for x in lens]))
         rng = np.random.default_rng(1)
-        # Zipf (a = 1.2) over [64, 32k]: 64 * zipf draws, clipped.
+        # Zipf (a = 1.2) over [64, 32k]: 64 * numpy zipf draws, clipped to [64, 32768].
         z = np.clip(64 * rng.zipf(1.2, 64), 64, 32768)
         cases.append(Case(f"{geometry} uneven zipf[64,32k] B64", geometry, [(1, int(x)) for x in z]))
     if suite in ("pages", "all"):
@@ -125,30 +146,38 @@ def suite_cases(suite, quick, geometry):
                 cases.append(Case(f"{geometry} decode {b}x{ctx} {kvd}", geometry, [(1, ctx)] * b, kv_dtype=kvd))
                 cases.append(Case(f"{geometry} decode {b}x{ctx} bf16 (fp8 control)", geometry, [(1, ctx)] * b))
     if suite in ("prefill", "all"):
-        for name, seqs in (("prefill 1x2048", [(2048, 2048)]), ("prefill 4x1024", [(1024, 1024)] * 4),
-                           ("chunked 8x512 over 4k", [(512, 4096)] * 8),
-                           ("mix 4q256s2k + 124 decode", [(256, 2048)] * 4 + [(1, 1024 + 24 * i) for i in range(124)])):
-            cases.append(Case(f"{geometry} {name}", geometry, seqs))
-    return cases
+        rng = np.random.default_rng(2)
+        mix16 = [(128, int(x)) for x in rng.integers(2048, 8192 + 1, 16)] + \
+                [(1, int(x)) for x in rng.integers(2048, 8192 + 1, 240)]
+        prefill = [("prefill 1x2048", [(2048, 2048)]), ("prefill 4x1024", [(1024, 1024)] * 4),
+                   ("prefill 1x8192", [(8192, 8192)]), ("prefill 1x32768", [(32768, 32768)]),
+                   ("chunked 8x512 over 4k", [(512, 4096)] * 8),
+                   ("mix 4q256s2k + 124 decode s1k-4k", [(256, 2048)] * 4 + [(1, 1024 + 24 * i) for i in range(124)]),
+                   ("mix 16q128 + 240 decode s2k-8k", mix16)]
+        if quick:
+            prefill = [prefill[0], prefill[4], prefill[5]]
+        cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in prefill]
+    for c in cases:
+        if bytes_min(c) > MAX_KV_BYTES:
+            dropped.append(c.name)
+    return [c for c in cases if c.name not in dropped], dropped
 
 
 # ---------------------------------------------------------------- inputs and reference
 
 class Inputs:
-    """One case's tensors (torch, on the GPU) in our layout, plus the peers' layouts on demand."""
+    """One case's tensors in our layout (on DEVICE); the peers derive their layouts from these."""
 
     def __init__(self, case, seed):
         hq, hkv, d, soft_cap, window = GEOMETRIES[case.geometry]
         self.hq, self.hkv, self.d, self.soft_cap, self.window = hq, hkv, d, soft_cap, window
-        g = torch.Generator(device="cuda").manual_seed(seed)
-        page = case.page
-        self.page = page
+        g = torch.Generator(device=DEVICE).manual_seed(seed)
+        page = self.page = case.page
         self.pages_per_seq = max(-(-kv // page) for _, kv in case.seqs)
         used = sum(-(-kv // page) for _, kv in case.seqs)
         token_bytes = 2 * hkv * d * kv_elem_bytes(case)
-        total_pages = max(used, -(-MIN_POOL_BYTES // (token_bytes * page)))
-        self.total_pages = total_pages
-        kv = torch.empty((total_pages, page, 2 * hkv, d), dtype=torch.bfloat16, device="cuda")
+        self.total_pages = max(used, -(-MIN_POOL_BYTES // (token_bytes * page)))  # extra random pages
+        kv = torch.empty((self.total_pages, page, 2 * hkv, d), dtype=torch.bfloat16, device=DEVICE)
         kv.uniform_(-1, 1, generator=g)
         self.kv_dtype = getattr(torch, case.kv_dtype)
         self.kv = kv if self.kv_dtype == torch.bfloat16 else (kv * 4).to(self.kv_dtype)
@@ -156,78 +185,89 @@ class Inputs:
         self.k_scale = self.v_scale = None
         if self.kv_dtype != torch.bfloat16:
             self.k_scale, self.v_scale = 0.5, 0.75
-        perm = torch.randperm(total_pages, generator=torch.Generator().manual_seed(seed))
+        perm = torch.randperm(self.total_pages, generator=torch.Generator().manual_seed(seed))
         num = len(case.seqs)
         table = torch.zeros((num, self.pages_per_seq), dtype=torch.int32)
-        nxt = 0
-        self.seq_pages = []
+        nxt, self.seq_pages = 0, []
         for i, (_, kv_len) in enumerate(case.seqs):
             n = -(-kv_len // page)
             table[i, :n] = perm[nxt:nxt + n]
             self.seq_pages.append(perm[nxt:nxt + n].clone())
             nxt += n
-        self.page_indices = table.cuda()
-        self.kv_lens = torch.tensor([kv for _, kv in case.seqs], dtype=torch.int32, device="cuda")
+        self.page_indices = table.to(DEVICE)
+        self.kv_lens = torch.tensor([kv for _, kv in case.seqs], dtype=torch.int32, device=DEVICE)
         cu = [0]
         for q, _ in case.seqs:
             cu.append(cu[-1] + q)
         self.cu_list = cu
-        self.cu_q_lens = torch.tensor(cu, dtype=torch.int32, device="cuda")
-        self.num_seqs = torch.tensor([num], dtype=torch.int32, device="cuda")
+        self.cu_q_lens = torch.tensor(cu, dtype=torch.int32, device=DEVICE)
+        self.num_seqs = torch.tensor([num], dtype=torch.int32, device=DEVICE)
         self.tokens = cu[-1]
-        self.q = torch.empty((self.tokens, hq, d), dtype=torch.bfloat16, device="cuda").uniform_(-1, 1, generator=g)
+        self.q = torch.empty((self.tokens, hq, d), dtype=torch.bfloat16, device=DEVICE).uniform_(-1, 1, generator=g)
         self.sm_scale = d ** -0.5
 
-    def kv_float(self, half):
-        """K (half 0) or V (half 1) as float32 pages [P, page, hkv, d], scaled."""
-        x = self.kv[:, :, half::2, :].float()
-        scale = self.k_scale if half == 0 else self.v_scale
-        return x * scale if scale is not None else x
+
+def check_rows(q_len, seed):
+    """Rows of a sequence the check compares: all, or the first, the last and random others."""
+    if q_len <= CHECK_ROWS:
+        return torch.arange(q_len)
+    pick = torch.randperm(q_len - 2, generator=torch.Generator().manual_seed(seed))[:CHECK_ROWS - 2] + 1
+    return torch.cat([torch.tensor([0, q_len - 1]), pick]).sort().values
 
 
-def reference(inp, case, seq):
-    """float32 attention of one sequence: [q_len, hq, d]."""
+def reference(inp, case, seq, rows):
+    """float32 attention of the given rows of one sequence: [len(rows), hq, d]."""
     q_len, kv_len = case.seqs[seq]
-    pages = inp.seq_pages[seq].cuda().long()
-    k = inp.kv[pages, :, 0::2, :].float().reshape(-1, inp.hkv, inp.d)[:kv_len]
-    v = inp.kv[pages, :, 1::2, :].float().reshape(-1, inp.hkv, inp.d)[:kv_len]
-    if inp.k_scale is not None:
-        k, v = k * inp.k_scale, v * inp.v_scale
-    q = inp.q[inp.cu_list[seq]:inp.cu_list[seq + 1]].float()
+    dev = inp.q.device
+    kv = inp.kv[inp.seq_pages[seq].to(dev).long()]  # [pages, page, 2*hkv, d]
+    k = kv[:, :, 0::2, :].float().reshape(-1, inp.hkv, inp.d)[:kv_len]
+    v = kv[:, :, 1::2, :].float().reshape(-1, inp.hkv, inp.d)[:kv_len]
+    if inp.k_scale is not None:  # the contract: scaled K/V rounded to q's dtype
+        k = (k * inp.k_scale).to(inp.q.dtype).float()
+        v = (v * inp.v_scale).to(inp.q.dtype).float()
+    rows = rows.to(dev)
     group = inp.hq // inp.hkv
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    logits = torch.einsum("qhd,khd->hqk", q, k) * inp.sm_scale
-    if inp.soft_cap:
-        logits = inp.soft_cap * torch.tanh(logits / inp.soft_cap)
-    pos = kv_len - q_len + torch.arange(q_len, device="cuda")[:, None]
-    j = torch.arange(kv_len, device="cuda")[None, :]
-    mask = j <= pos
-    if inp.window:
-        mask &= j > pos - inp.window
-    logits = logits.masked_fill(~mask[None], float("-inf"))
-    return torch.einsum("hqk,khd->qhd", torch.softmax(logits, dim=-1), v)
+    q = inp.q[inp.cu_list[seq] + rows].float().view(-1, inp.hkv, group, inp.d)
+    out = torch.empty_like(q)
+    j = torch.arange(kv_len, device=dev)
+    step = max(1, (256 << 20) // (4 * inp.hq * kv_len))  # rows per chunk: logits <= 256 MiB
+    for a in range(0, len(rows), step):
+        logits = torch.einsum("rkgd,jkd->kgrj", q[a:a + step], k) * inp.sm_scale
+        if inp.soft_cap:
+            logits = inp.soft_cap * torch.tanh(logits / inp.soft_cap)
+        pos = (kv_len - q_len + rows[a:a + step])[:, None]
+        mask = j[None, :] <= pos
+        if inp.window:
+            mask &= j[None, :] > pos - inp.window
+        logits = logits.masked_fill(~mask, float("-inf"))
+        out[a:a + step] = torch.einsum("kgrj,jkd->rkgd", torch.softmax(logits, dim=-1), v)
+    return out.view(-1, inp.hq, inp.d)
 
 
 def check(inp, case, out_rows_fn):
-    """Max rel L2 error over up to 4 sampled sequences; out_rows_fn(seq) -> [q_len, hq, d] tensor."""
+    """(worst rel L2 error, worst max abs error) over up to CHECK_SEQS sampled sequences (in mixed
+    batches the first and last prefill and decode sequences); out_rows_fn(seq) -> [q_len, hq, d]."""
     n = len(case.seqs)
-    picks = sorted(set([0, n - 1, n // 2, n // 3]))[:4]
-    worst = 0.0
-    for s in picks:
-        ref = reference(inp, case, s)
-        got = out_rows_fn(s).float()
+    pre = [i for i, (q, _) in enumerate(case.seqs) if q > 1]
+    dec = [i for i, (q, _) in enumerate(case.seqs) if q == 1]
+    picks = {pre[0], pre[-1], dec[0], dec[-1]} if pre and dec else {0, n - 1, n // 2, n // 3}
+    rel = mabs = 0.0
+    for s in sorted(picks)[:CHECK_SEQS]:
+        rows = check_rows(case.seqs[s][0], seed=s)
+        ref = reference(inp, case, s, rows)
+        got = out_rows_fn(s)[rows.to(ref.device)].float().to(ref.device)
         if not torch.isfinite(got).all():
-            return float("inf")
-        worst = max(worst, ((got - ref).norm() / ref.norm().clamp_min(1e-12)).item())
-    return worst
+            return float("inf"), float("inf")
+        rel = max(rel, ((got - ref).norm() / ref.norm().clamp_min(1e-12)).item())
+        mabs = max(mabs, (got - ref).abs().max().item())
+    return rel, mabs
 
 
-# ---------------------------------------------------------------- implementations
+# ---------------------------------------------------------------- timing
 
 def time_cuda(fn, warmup=5, iters=30):
-    """Per-call CUDA-event times of eager calls (includes the host's per-call cost when it exceeds
-    the kernel's: the GPU then waits for the launch)."""
+    """Per-call CUDA-event times in µs of eager calls (includes the host's per-call cost when it
+    exceeds the kernel's: the GPU then waits for the launch)."""
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -240,42 +280,87 @@ def time_cuda(fn, warmup=5, iters=30):
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
-GRAPH_CALLS = 10
-USE_GRAPHS = True
+def per_round(call_us, default):
+    """Samples a round takes: `default`, fewer (at least 3) when a call is long."""
+    return int(max(3, min(default, ROUND_BUDGET_US // max(call_us, 1.0))))
 
 
 def graph_timer(fn):
-    """Captures GRAPH_CALLS calls of `fn` in a CUDA graph; the returned timer gives per-call times of
-    graph replays (the kernels' time, without the host's per-call cost). With --eager: per-call
-    CUDA-event times of eager calls."""
+    """Returns (timer, how, extra): the timer gives per-call µs of replays of a CUDA graph of
+    GRAPH_CALLS calls of `fn` (1 when a call takes over 1 ms), so the kernels' time without the
+    host's per-call cost. With --eager: CUDA events around eager calls."""
+    est = statistics.median(time_cuda(fn, warmup=3, iters=3))
     if not USE_GRAPHS:
-        return lambda: time_cuda(fn)
-    stream = torch.cuda.Stream()
+        n = per_round(est, 30)
+        return lambda: time_cuda(fn, warmup=min(5, n), iters=n), "eager calls (CUDA events)", {}
+    calls = GRAPH_CALLS if est < 1000 else 1
+    stream = torch.cuda.Stream()  # a warm-up call on a side stream before capture (PyTorch's advice)
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
+        fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(GRAPH_CALLS):
+        for _ in range(calls):
             fn()
-    return lambda: [t / GRAPH_CALLS for t in time_cuda(graph.replay, warmup=2, iters=10)]
+    n = per_round(est * calls, 10)
+    timer = lambda: [t / calls for t in time_cuda(graph.replay, warmup=min(2, n), iters=n)]  # noqa: E731
+    return timer, "CUDA graph replay (CUDA events)", {"graph_calls": calls}
 
 
-def time_jax(fn, warmup=3, iters=30):
+def jax_timer(fn):
+    """Per-call µs of back-to-back jitted calls, blocking once at the end (wall clock / N, so
+    JAX's dispatch is included); 5 warm-up calls first."""
     out = None
-    for _ in range(warmup):
+    for _ in range(5):
         out = fn()
     out.block_until_ready()
-    samples = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(iters // 3):
-            out = fn()
-        out.block_until_ready()
-        samples += [(time.perf_counter() - t0) / (iters // 3) * 1e6] * (iters // 3)
-    return samples
+    t0 = time.perf_counter()
+    fn().block_until_ready()
+    n = per_round(3 * (time.perf_counter() - t0) * 1e6, 10)  # calls per sample, 3 samples a round
+
+    def timer():
+        samples = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                out = fn()
+            out.block_until_ready()
+            samples.append((time.perf_counter() - t0) / n * 1e6)
+        return samples
+    return timer, "wall clock, includes JAX dispatch", {"calls_per_sample": n}
+
+
+# ---------------------------------------------------------------- implementations
+# Each implementation's entries(inp, case) returns [(name, setup)], or raises Skip; setup() runs
+# the implementation once and returns (out_rows_fn, timer, how, extra); run_case checks and times.
+
+class Skip(Exception):
+    """The implementation cannot express this case (the reason goes into the case's notes)."""
+
+
+def to_jax(t):
+    """A JAX array of t: bf16 on the GPU through dlpack (aliases t, which must outlive it), the
+    rest through host memory."""
+    import jax
+    import jax.numpy as jnp
+    if t.dtype == torch.bfloat16 and t.is_cuda:
+        assert t.is_contiguous()
+        return jax.dlpack.from_dlpack(t)
+    if t.dtype.is_floating_point and t.element_size() == 1:  # fp8: through bytes
+        return jnp.asarray(t.view(torch.uint8).cpu().numpy()).view(getattr(jnp, str(t.dtype).split(".")[1]))
+    return jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16) if t.dtype == torch.bfloat16 \
+        else jnp.asarray(t.cpu().numpy())
+
+
+def from_jax(x):
+    import jax.numpy as jnp
+    return torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(DEVICE)
+
+
+def select_kernel(kernel, hint="1"):
+    """Our library reads these on every call: set before each call that is to run the variant."""
+    os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = kernel, hint
 
 
 class Ours:
@@ -288,271 +373,438 @@ class Ours:
         self.kernel, _, hint = variant.partition(":h")
         self.hint = hint or "1"  # the library's default
 
-    def prepare(self, inp, case):
-        os.environ["XGK_RPA_KERNEL"] = self.kernel
-        os.environ["XGK_RPA_COPY_HINT"] = self.hint
+    def select(self):
+        select_kernel(self.kernel, self.hint)
+
+    def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)
         kw = dict(sm_scale=inp.sm_scale, sliding_window=inp.window, soft_cap=inp.soft_cap, k_scale=inp.k_scale,
                   v_scale=inp.v_scale)
         run = lambda: torch.ops.xla_gpu.paged_attention(*args, **kw)  # noqa: E731
-        out = run()
-        torch.cuda.synchronize()
-        err = check(inp, case, lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]])
-        replay = graph_timer(run)  # the kernel variant is fixed at capture
-        return err, replay, "CUDA graph replay (CUDA events)"
+
+        def setup():
+            self.select()
+            out = run()
+            torch.cuda.synchronize()
+            timer, how, extra = graph_timer(run)  # a graph fixes the variant at capture; eager: select()
+            return (lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]]), lambda: (self.select(), timer())[1], how, extra
+        return [(self.name, setup)]
+
+    def release(self):
+        pass
 
 
 class OursJax:
     name = "ours-jax"
+    keep = None
 
-    def prepare(self, inp, case):
+    def entries(self, inp, case):
         import jax
-        import jax.numpy as jnp
         import xla_gpu_kernels.jax as xk
-        os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = "auto", "1"
-        conv = lambda t: jnp.asarray(t.cpu().numpy()) if t.dtype != torch.bfloat16 else jax.dlpack.from_dlpack(t)  # noqa: E731
-        kv = jax.dlpack.from_dlpack(inp.kv) if inp.kv.dtype == torch.bfloat16 else \
-            jnp.asarray(inp.kv.view(torch.uint8).cpu().numpy()).view(jnp.float8_e4m3fn)
-        args = [conv(inp.q), kv] + [jnp.asarray(t.cpu().numpy()) for t in
-                                    (inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)]
-        fn = jax.jit(functools.partial(xk.ragged_paged_attention, sm_scale=inp.sm_scale, sliding_window=inp.window,
-                                       soft_cap=inp.soft_cap, k_scale=inp.k_scale, v_scale=inp.v_scale))
-        self.keep = (inp.q, inp.kv)  # the torch tensors JAX's arrays alias (dlpack) must outlive them
-        out = fn(*args)
-        out_t = torch.from_numpy(np.asarray(out.astype(jnp.float32))).cuda()
-        err = check(inp, case, lambda s: out_t[inp.cu_list[s]:inp.cu_list[s + 1]])
-        return err, lambda: time_jax(lambda: fn(*args)), "wall clock, includes JAX dispatch"
+
+        def setup():
+            select_kernel("auto")
+            self.keep = (inp.q, inp.kv)  # the torch tensors JAX's arrays alias (dlpack) must outlive them
+            args = [to_jax(t) for t in (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)]
+            fn = jax.jit(functools.partial(xk.ragged_paged_attention, sm_scale=inp.sm_scale, sliding_window=inp.window,
+                                           soft_cap=inp.soft_cap, k_scale=inp.k_scale, v_scale=inp.v_scale))
+            out_t = from_jax(fn(*args))
+            timer, how, extra = jax_timer(lambda: fn(*args))
+            return (lambda s: out_t[inp.cu_list[s]:inp.cu_list[s + 1]]), \
+                lambda: (select_kernel("auto"), timer())[1], how, extra
+        return [(self.name, setup)]
+
+    def release(self):
+        self.keep = None
 
 
-class FlashInferDecode:
+class FlashInfer:
+    """Decode: `BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)`; prefill:
+    `BatchPrefillWithPagedKVCacheWrapper` (causal, bottom-right aligned as our contract); mixed
+    batches both ways. NHD pages [P, page, Hkv, D]: contiguous copies of our pool's K and V. With
+    CUDA graphs the wrappers plan into fixed buffers, so a captured run stays valid."""
     name = "flashinfer"
 
     def __init__(self):
         import flashinfer
         self.fi = flashinfer
-        self.workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.workspace = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+        self.kv_cache = None
 
-    def prepare(self, inp, case):
-        if not case.decode:
-            return None
-        k = inp.kv[:, :, 0::2, :].contiguous()
-        v = inp.kv[:, :, 1::2, :].contiguous()
-        indptr = [0]
-        for p in inp.seq_pages:
-            indptr.append(indptr[-1] + len(p))
-        indices = torch.cat(inp.seq_pages).int().cuda()
-        last = torch.tensor([(kv - 1) % inp.page + 1 for _, kv in case.seqs], dtype=torch.int32, device="cuda")
-        indptr_t = torch.tensor(indptr, dtype=torch.int32, device="cuda")
-        # use_cuda_graph: plan writes into these fixed buffers, so a captured run stays valid.
-        w = self.fi.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace, "NHD", use_cuda_graph=USE_GRAPHS, use_tensor_cores=True,
-            paged_kv_indptr_buffer=indptr_t if USE_GRAPHS else None,
-            paged_kv_indices_buffer=indices if USE_GRAPHS else None,
-            paged_kv_last_page_len_buffer=last if USE_GRAPHS else None)
-        extra = {}
+    def release(self):
+        self.kv_cache = None
+
+    def _pages(self, inp):
+        if self.kv_cache is None or self.kv_cache[0] is not inp:
+            self.kv_cache = None  # free the previous copies first
+            self.kv_cache = (inp, inp.kv[:, :, 0::2, :].contiguous(), inp.kv[:, :, 1::2, :].contiguous())
+        return self.kv_cache[1], self.kv_cache[2]
+
+    @staticmethod
+    def _meta(inp, case, seqs):
+        """indptr (pages), indices, last_page_len, qo_indptr of the sequences `seqs` (a range)."""
+        dev = lambda x: torch.tensor(x, dtype=torch.int32, device=DEVICE)  # noqa: E731
+        indptr, qo = [0], [0]
+        for s in seqs:
+            indptr.append(indptr[-1] + len(inp.seq_pages[s]))
+            qo.append(qo[-1] + case.seqs[s][0])
+        indices = torch.cat([inp.seq_pages[s] for s in seqs]).int().to(DEVICE)
+        last = [(case.seqs[s][1] - 1) % inp.page + 1 for s in seqs]
+        return dev(indptr), indices, dev(last), dev(qo)
+
+    @staticmethod
+    def _plan(plan):
+        """Plans once (JIT-compiles on first use), then times 3 more plans (host work, synced)."""
+        t0 = time.perf_counter()
+        plan()
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            plan()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e6)
+        return {"plan_us": statistics.median(times), "first_plan_s": first}
+
+    def _common(self, inp):
+        kw = dict(q_data_type=inp.q.dtype, kv_data_type=inp.kv.dtype, sm_scale=inp.sm_scale)
         if inp.soft_cap:
-            extra["logits_soft_cap"] = inp.soft_cap
+            kw["logits_soft_cap"] = inp.soft_cap
         if inp.window:
-            extra["window_left"] = inp.window - 1
-        w.plan(indptr_t, indices, last, inp.hq, inp.hkv, inp.d, inp.page,
-               q_data_type=torch.bfloat16, kv_data_type=inp.kv.dtype, sm_scale=inp.sm_scale, **extra)
-        kw = {}
-        if inp.k_scale is not None:
-            kw = dict(k_scale=inp.k_scale, v_scale=inp.v_scale)
-        run = lambda: w.run(inp.q, (k, v), **kw)  # noqa: E731
-        out = run()
+            kw["window_left"] = inp.window - 1  # FlashInfer counts the keys left of the row's own
+        scales = dict(k_scale=inp.k_scale, v_scale=inp.v_scale) if inp.k_scale is not None else {}
+        return kw, scales
+
+    def _decode(self, inp, case, seqs, q, out):
+        indptr, indices, last, _ = self._meta(inp, case, seqs)
+        bufs = (indptr.clone(), indices.clone(), last.clone()) if USE_GRAPHS else (None, None, None)
+        w = self.fi.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_cuda_graph=USE_GRAPHS, use_tensor_cores=True, paged_kv_indptr_buffer=bufs[0],
+            paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2])
+        kw, scales = self._common(inp)
+        info = self._plan(lambda: w.plan(indptr, indices, last, inp.hq, inp.hkv, inp.d, inp.page, **kw))
+        k, v = self._pages(inp)
+        return (lambda: w.run(q, (k, v), out=out, **scales)), info
+
+    def _prefill(self, inp, case, seqs, q, out):
+        indptr, indices, last, qo = self._meta(inp, case, seqs)
+        bufs = (qo.clone(), indptr.clone(), indices.clone(), last.clone()) if USE_GRAPHS else (None,) * 4
+        w = self.fi.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_cuda_graph=USE_GRAPHS, qo_indptr_buf=bufs[0], paged_kv_indptr_buf=bufs[1],
+            paged_kv_indices_buf=bufs[2], paged_kv_last_page_len_buf=bufs[3])
+        kw, scales = self._common(inp)
+        info = self._plan(lambda: w.plan(qo, indptr, indices, last, inp.hq, inp.hkv, inp.d, inp.page, causal=True,
+                                         **kw))
+        k, v = self._pages(inp)
+        return (lambda: w.run(q, (k, v), out=out, **scales)), info
+
+    def _setup(self, inp, case, split):
+        out = torch.empty_like(inp.q)
+        n = len(case.seqs)
+        if not split:
+            run, info = (self._decode if case.decode else self._prefill)(inp, case, range(n), inp.q, out)
+        else:  # prefill wrapper over the prefill rows, decode wrapper over the decode rows after them
+            p = sum(1 for q, _ in case.seqs if q > 1)
+            if any(q == 1 for q, _ in case.seqs[:p]):
+                raise Skip("decode rows between prefill rows")
+            rows = inp.cu_list[p]
+            run_p, info_p = self._prefill(inp, case, range(p), inp.q[:rows], out[:rows])
+            run_d, info_d = self._decode(inp, case, range(p, n), inp.q[rows:], out[rows:])
+            run = lambda: (run_p(), run_d())  # noqa: E731
+            info = {"plan_us": info_p["plan_us"] + info_d["plan_us"],
+                    "first_plan_s": info_p["first_plan_s"] + info_d["first_plan_s"]}
+        out.fill_(float("nan"))  # poisoned: a row the run does not write fails the check
+        run()
         torch.cuda.synchronize()
-        err = check(inp, case, lambda s: out[s:s + 1])
-        return err, graph_timer(run), "CUDA graph replay (CUDA events; plan not timed)"
+        timer, how, extra = graph_timer(run)
+        return (lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]]), timer, how + "; plan not timed", {**extra, **info}
+
+    def entries(self, inp, case):
+        if case.kind != "mixed":
+            return [(self.name, lambda: self._setup(inp, case, False))]
+        return [(MIX_WAYS[0], lambda: self._setup(inp, case, False)),
+                (MIX_WAYS[1], lambda: self._setup(inp, case, True))]
 
 
 class PallasDecode:
     name = "jax-pallas"
+    keep = None
 
-    def prepare(self, inp, case):
-        if not case.decode or inp.soft_cap or inp.window or inp.kv.dtype != torch.bfloat16:
-            return None
+    def release(self):
+        self.keep = None
+
+    def entries(self, inp, case):
+        if not case.decode:
+            raise Skip("decode only")
+        if inp.window or inp.soft_cap or inp.kv.dtype != torch.bfloat16:
+            raise Skip("run without sliding window, soft cap (not passed here) or scaled fp8 KV")
         import jax
-        import jax.numpy as jnp
         from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention
-        # Keep the torch tensors JAX's arrays alias (dlpack) alive as long as the timer is.
-        self.keep = (inp.kv[:, :, 0::2, :].permute(2, 0, 1, 3).contiguous(),
-                     inp.kv[:, :, 1::2, :].permute(2, 0, 1, 3).contiguous(), (inp.q * inp.sm_scale).contiguous())
-        k, v, q = (jax.dlpack.from_dlpack(t) for t in self.keep)
-        lengths = jnp.asarray(inp.kv_lens.cpu().numpy())
-        ppcb = 8 if inp.pages_per_seq % 8 == 0 else 1
-        k_splits = 1
-        for s in (16, 8, 4, 2):
-            if inp.pages_per_seq % (s * ppcb) == 0:
-                k_splits = s
-                break
-        table = jnp.asarray(inp.page_indices.cpu().numpy())
-        fn = jax.jit(functools.partial(paged_attention, k_splits=k_splits, pages_per_compute_block=ppcb))
-        out = fn(q, k, v, table, lengths)
-        out_t = torch.from_numpy(np.asarray(out.astype(jnp.float32))).cuda()
-        err = check(inp, case, lambda s: out_t[s:s + 1])
-        return err, lambda: time_jax(lambda: fn(q, k, v, table, lengths)), "wall clock, includes JAX dispatch"
+
+        def setup():
+            # Layout [kv_heads, pages, page_size, dim]; q pre-scaled (no sm_scale argument). The torch
+            # tensors JAX's arrays alias (dlpack) must live as long as the timer.
+            self.keep = (inp.kv[:, :, 0::2, :].permute(2, 0, 1, 3).contiguous(),
+                         inp.kv[:, :, 1::2, :].permute(2, 0, 1, 3).contiguous(), (inp.q * inp.sm_scale).contiguous())
+            k, v, q = (to_jax(t) for t in self.keep)
+            lengths, table = to_jax(inp.kv_lens), to_jax(inp.page_indices)
+            # pages_per_seq must divide into k_splits partitions of whole compute blocks.
+            ppcb = 8 if inp.pages_per_seq % 8 == 0 else 1
+            k_splits = next((s for s in (16, 8, 4, 2) if inp.pages_per_seq % (s * ppcb) == 0), 1)
+            kw = dict(k_splits=k_splits, pages_per_compute_block=ppcb)
+            fn = jax.jit(functools.partial(paged_attention, **kw))
+            out_t = from_jax(fn(q, k, v, table, lengths))
+            timer, how, extra = jax_timer(lambda: fn(q, k, v, table, lengths))
+            return (lambda s: out_t[s:s + 1]), timer, how, {**extra, **kw}
+        return [(self.name, setup)]
 
 
 # ---------------------------------------------------------------- driver
 
 def copy_bandwidth():
+    """Device-to-device copy of 1 GiB: bytes read + written over the median time, GB/s."""
     n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    a = torch.empty(n, dtype=torch.uint8, device=DEVICE).random_(0, 255)
     b = torch.empty_like(a)
     t = statistics.median(time_cuda(lambda: b.copy_(a), iters=20))
-    del a, b
     return 2 * n / (t * 1e-6) / 1e9
 
 
 def versions():
     out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    for mod in ("jax", "jaxlib", "triton", "flashinfer"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception as e:  # noqa: BLE001
+            out[mod] = f"unavailable: {type(e).__name__}: {e}"
     try:
-        import jax
-        out["jax"] = jax.__version__
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        import flashinfer
-        out["flashinfer"] = flashinfer.__version__
+        from xla_gpu_kernels._library import version
+        out["xla_gpu_kernels"] = version()
     except Exception as e:  # noqa: BLE001
-        out["flashinfer"] = f"unavailable: {type(e).__name__}: {e}"
+        out["xla_gpu_kernels"] = f"unavailable: {type(e).__name__}: {e}"
     return out
 
 
+def memory_needed(case):
+    """Bytes a case holds at most: our pool, FlashInfer's and Pallas's K/V copies, q and outputs."""
+    hq, hkv, d, _, _ = GEOMETRIES[case.geometry]
+    pool = max(sum(-(-kv // case.page) * case.page for _, kv in case.seqs) * 2 * hkv * d * kv_elem_bytes(case),
+               MIN_POOL_BYTES)
+    q = sum(q for q, _ in case.seqs) * hq * d * 2
+    return 3 * pool + 10 * q + (1 << 30)
+
+
+def run_case(case, ci, impls, copy_gbs):
+    """Checks every implementation on one case, then times those that passed."""
+    free, _ = torch.cuda.mem_get_info()
+    if memory_needed(case) > free:
+        case.notes.append(f"skipped: needs ~{memory_needed(case) / 2**30:.1f} GiB with the peers' copies, "
+                          f"{free / 2**30:.1f} GiB free")
+        print(f"[{case.name}] {case.notes[-1]}", flush=True)
+        return
+    inp = Inputs(case, seed=ci)
+    timers = {}
+    tol = 3e-2 if inp.kv.dtype != torch.bfloat16 else 2e-2
+
+    def failed(name, e):
+        case.results[name] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"[{case.name}] {name} failed: {type(e).__name__}: {e}", flush=True)
+        traceback.print_exc(limit=3)
+
+    for impl in impls:
+        try:
+            entries = impl.entries(inp, case)
+        except Skip as e:
+            case.notes.append(f"{impl.name} skipped: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001
+            failed(impl.name, e)
+            continue
+        for name, setup in entries:
+            try:
+                rows_fn, timer, how, extra = setup()
+                rel, mabs = check(inp, case, rows_fn)
+            except Skip as e:
+                case.notes.append(f"{name} skipped: {e}")
+                continue
+            except Exception as e:  # noqa: BLE001
+                failed(name, e)
+                continue
+            case.results[name] = {"rel_l2_error": rel, "max_abs_error": mabs, "timing": how, **extra, "samples": []}
+            if not rel <= tol:
+                case.results[name]["error"] = f"rel L2 error {rel:.3g} > {tol} (max abs {mabs:.3g})"
+                print(f"[{case.name}] {name} WRONG: rel L2 {rel:.3g}, max abs {mabs:.3g}", flush=True)
+                continue
+            timers[name] = timer
+    names = list(timers)
+    for r in range(3):  # rounds in alternating order
+        for name in (names if r % 2 == 0 else names[::-1]):
+            if "error" in case.results[name]:
+                continue
+            try:
+                case.results[name]["samples"] += timers[name]()
+            except Exception as e:  # noqa: BLE001
+                case.results[name]["error"] = f"{type(e).__name__}: {e}"
+                print(f"[{case.name}] {name} failed while timed: {type(e).__name__}: {e}", flush=True)
+    summarize(case, copy_gbs)
+    line = "  ".join(f"{n} {r['median_us']:.1f}" if "median_us" in r else f"{n} ERR" for n, r in case.results.items())
+    print(f"[{case.name}] {line}", flush=True)
+    for impl in impls:
+        impl.release()
+    del inp, timers
+    torch.cuda.empty_cache()
+
+
+def summarize(case, copy_gbs):
+    """Medians and percentiles from the samples; the faster of FlashInfer's two ways on a mixed
+    batch as "flashinfer"; each implementation's speed against the fastest peer (> 1: faster)."""
+    bmin, flops = bytes_min(case), causal_flops(case)
+    for res in case.results.values():
+        s = res.pop("samples", [])
+        if not s or "error" in res:
+            continue
+        med = statistics.median(s)
+        res.update(median_us=med, p10_us=float(np.percentile(s, 10)), p90_us=float(np.percentile(s, 90)),
+                   samples_n=len(s), GBps=bmin / med / 1e3, copy_fraction=bmin / med / 1e3 / copy_gbs,
+                   TFLOPs=flops / med / 1e6)
+    ways = [n for n in MIX_WAYS if "median_us" in case.results.get(n, {})]
+    if ways:
+        best = min(ways, key=lambda n: case.results[n]["median_us"])
+        ordered = {}
+        for n, r in case.results.items():
+            if n == next(w for w in MIX_WAYS if w in case.results):
+                ordered["flashinfer"] = {**case.results[best], "best_of": best}
+            ordered[n] = r
+        case.results = ordered
+    peers = [r["median_us"] for n, r in case.results.items() if not n.startswith("ours") and "median_us" in r]
+    for res in case.results.values():
+        if "median_us" in res and peers:
+            res["speed_vs_fastest_peer"] = min(peers) / res["median_us"]
+
+
+def plot(result, path):
+    """Grouped bars per case: % of copy bandwidth for decode cases, TFLOP/s for prefill/mixed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = [c for c in result["cases"] if any("median_us" in r for r in c["results"].values())]
+    panels = [(k, [c for c in cases if (c.get("kind", "decode") == "decode") == (k == "decode")])
+              for k in ("decode", "prefill")]
+    panels = [(k, cs) for k, cs in panels if cs]
+    if not panels:
+        return
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
+                             figsize=(max(8, max(len(cs) for _, cs in panels) * 0.7), 5 * len(panels)))
+    everyone = list(dict.fromkeys(n for c in cases for n in c["results"]))  # one colour each in both panels
+    for ax, (kind, cs) in zip(axes[:, 0], panels):
+        names = [n for n in everyone if any("median_us" in c["results"].get(n, {}) for c in cs)]
+        width = 0.8 / len(names)
+        for i, n in enumerate(names):
+            ys = [c["results"].get(n, {}).get("copy_fraction" if kind == "decode" else "TFLOPs", 0) *
+                  (100 if kind == "decode" else 1) for c in cs]
+            ax.bar([x + i * width for x in range(len(cs))], ys, width, label=n, color=f"C{everyone.index(n) % 10}")
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cs))])
+        ax.set_xticklabels([c["name"] for c in cs], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("% of copy bandwidth (higher is faster)" if kind == "decode"
+                      else "causal TFLOP/s (higher is faster)")
+        ax.set_title(f"{result['gpu']} — copy {result['copy_GBps']:.0f} GB/s — {result['date']}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    global USE_GRAPHS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
-    ap.add_argument("--variants", default="auto")
+    ap.add_argument("--variants", default="auto", help="ours' kernels, comma separated: auto,general,mma,pipelined")
     ap.add_argument("--no-jax", action="store_true", help="skip ours-jax and Pallas")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--only-jax", action="store_true",
                     help="only ours-jax and Pallas (JAX timing; run apart from the CUDA-graph timing of the torch "
                          "implementations: both in one process faulted on an H100, cause not established)")
     ap.add_argument("--eager", action="store_true", help="time eager calls (CUDA events per call), no graphs")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="a small subset of the suite")
+    ap.add_argument("--filter", default=None, help="only cases whose name contains one of these (comma separated)")
+    ap.add_argument("--out", default=None, help="result file (.json; the plot goes next to it as .png)")
     args = ap.parse_args()
-
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip().splitlines()[0]
-    impls = [] if args.only_jax else [Ours(v) for v in args.variants.split(",")]
-    notes = []
-    global USE_GRAPHS
     USE_GRAPHS = not args.eager
-    try:
-        if not args.no_flashinfer and not args.only_jax:
-            impls.append(FlashInferDecode())
-    except Exception as e:  # noqa: BLE001
-        notes.append(f"flashinfer skipped: {type(e).__name__}: {e}")
-    if not args.no_jax:
-        impls += [OursJax(), PallasDecode()]
-    copy_gbs = copy_bandwidth()
-    print(f"{gpu}; copy bandwidth {copy_gbs:.0f} GB/s; {notes}", flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference stays float32
 
-    cases = suite_cases(args.suite, args.quick, args.geometry)
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip().splitlines()
+    except OSError:
+        smi = []
+    gpu = smi[0] if smi else torch.cuda.get_device_name()
+    gpu_name, _, driver = (s.strip() for s in gpu.partition(","))
+    notes, impls = [], []
+
+    def add(make, label):
+        try:
+            impls.append(make())
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"{label} skipped: {type(e).__name__}: {e}")
+            print(notes[-1], flush=True)
+
+    if not args.only_jax:
+        for v in args.variants.split(","):
+            add(functools.partial(Ours, v), f"ours-{v}")
+        if not args.no_flashinfer:
+            add(FlashInfer, "flashinfer")
+    if not args.no_jax:
+        add(OursJax, "ours-jax")
+        add(PallasDecode, "jax-pallas")
+    copy_gbs = copy_bandwidth()
+    print(f"{gpu}; copy bandwidth {copy_gbs:.0f} GB/s; implementations {[i.name for i in impls]}", flush=True)
+
+    cases, dropped = suite_cases(args.suite, args.quick, args.geometry)
+    if dropped:
+        notes.append(f"not run (over {MAX_KV_BYTES >> 30} GiB of KV): {', '.join(dropped)}")
+    if args.filter:
+        cases = [c for c in cases if any(f in c.name for f in args.filter.split(","))]
     date = datetime.date.today().isoformat()
-    tag = gpu.split(",")[0].replace("NVIDIA ", "").replace(" ", "-")
-    out = args.out or os.path.join(ROOT, "benchmarks", "results", f"peers-{args.suite}-{args.geometry}-{tag}-{date}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tag = gpu_name.replace("NVIDIA ", "").replace(" ", "-")
+    out = args.out or os.path.join(ROOT, "benchmarks", "results",
+                                   f"peers-{args.suite}-{args.geometry}-{tag}-{date}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
     def write():
-        result = {"gpu": gpu, "date": date, "versions": versions(), "copy_GBps": copy_gbs, "notes": notes,
+        result = {"gpu": gpu, "gpu_name": gpu_name, "driver": driver, "date": date, "argv": sys.argv[1:],
+                  "versions": versions_cache, "copy_GBps": copy_gbs, "notes": notes,
                   "protocol": __doc__.split("\n\n")[1], "cases": [
-                      {"name": c.name, "geometry": c.geometry, "page_size": c.page, "kv_dtype": c.kv_dtype,
-                       "seqs": len(c.seqs), "sum_kv": sum(k for _, k in c.seqs), "tokens": sum(q for q, _ in c.seqs),
-                       "bytes_min": bytes_min(c), "causal_flops": causal_flops(c), "notes": c.notes,
-                       "results": c.results}
+                      {"name": c.name, "kind": c.kind, "geometry": c.geometry, "page_size": c.page,
+                       "kv_dtype": c.kv_dtype, "seqs": len(c.seqs), "sum_kv": sum(k for _, k in c.seqs),
+                       "tokens": sum(q for q, _ in c.seqs), "bytes_min": bytes_min(c), "causal_flops": causal_flops(c),
+                       "notes": c.notes, "results": c.results}
                       for c in cases if c.results or c.notes]}
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
         return result
 
+    versions_cache = versions()
     for ci, case in enumerate(cases):
-        run_case(case, ci, impls, copy_gbs)
+        try:
+            run_case(case, ci, impls, copy_gbs)
+        except Exception as e:  # noqa: BLE001  (inputs or the reference: the case is lost, not the run)
+            case.notes.append(f"case failed: {type(e).__name__}: {e}")
+            print(f"[{case.name}] {case.notes[-1]}", flush=True)
+            traceback.print_exc(limit=3)
         write()  # after every case: a run cut short still leaves its results
     result = write()
-    plot(result, out[:-5] + ".png")
-    from peers_table import markdown  # noqa: E402  (same folder)
+    try:
+        plot(result, out[:-5] + ".png" if out.endswith(".json") else out + ".png")
+    except Exception as e:  # noqa: BLE001
+        print(f"plot failed: {type(e).__name__}: {e}", flush=True)
+    from peers_table import fixed_width, markdown
     print(markdown(result))
+    print()
+    print(fixed_width(result))
     print(f"wrote {out}")
 
 
-def run_case(case, ci, impls, copy_gbs):
-    """Checks every implementation on one case, then times those that passed."""
-    free, _ = torch.cuda.mem_get_info()
-    if 3.5 * bytes_min(case) > free:
-        case.notes.append(f"skipped: needs ~{3.5 * bytes_min(case) / 2**30:.1f} GiB with the peers' copies")
-        print(f"[{case.name}] {case.notes[-1]}", flush=True)
-        return
-    inp = Inputs(case, seed=ci)
-    timers = {}
-    for impl in impls:
-        try:
-            prepared = impl.prepare(inp, case)
-        except Exception as e:  # noqa: BLE001
-            case.results[impl.name] = {"error": f"{type(e).__name__}: {e}"}
-            print(f"[{case.name}] {impl.name} failed: {e}", flush=True)
-            traceback.print_exc(limit=2)
-            continue
-        if prepared is None:
-            continue
-        err, timer, how = prepared
-        tol = 3e-2 if inp.kv.dtype != torch.bfloat16 else 2e-2
-        case.results[impl.name] = {"rel_l2_error": err, "timing": how, "samples": []}
-        if not err <= tol:
-            case.results[impl.name]["error"] = f"rel L2 error {err:.3g} > {tol}"
-            print(f"[{case.name}] {impl.name} WRONG: rel L2 {err:.3g}", flush=True)
-            continue
-        timers[impl.name] = timer
-    names = list(timers)
-    for r in range(3):  # rounds in alternating order
-        for name in (names if r % 2 == 0 else names[::-1]):
-            try:
-                case.results[name]["samples"] += timers[name]()
-            except Exception as e:  # noqa: BLE001
-                case.results[name]["error"] = f"{type(e).__name__}: {e}"
-    bmin, flops = bytes_min(case), causal_flops(case)
-    for name, res in case.results.items():
-        s = res.pop("samples", [])
-        if not s or "error" in res:
-            continue
-        med = statistics.median(s)
-        res.update(median_us=med, p10_us=float(np.percentile(s, 10)), p90_us=float(np.percentile(s, 90)),
-                   GBps=bmin / med / 1e3, copy_fraction=bmin / med / 1e3 / copy_gbs, TFLOPs=flops / med / 1e6)
-    peers = [r["median_us"] for n, r in case.results.items() if not n.startswith("ours") and "median_us" in r]
-    for name, res in case.results.items():
-        if "median_us" in res and peers:
-            res["speed_vs_fastest_peer"] = min(peers) / res["median_us"]
-    line = "  ".join(f"{n} {r['median_us']:.1f}" if "median_us" in r else f"{n} ERR" for n, r in case.results.items())
-    print(f"[{case.name}] {line}", flush=True)
-    del inp, timers
-    torch.cuda.empty_cache()
-
-
-def plot(result, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    cases = [c for c in result["cases"] if c["results"]]
-    names = sorted({n for c in cases for n, r in c["results"].items() if "median_us" in r})
-    if not cases or not names:
-        return
-    fig, ax = plt.subplots(figsize=(max(8, len(cases) * 0.7), 5))
-    width = 0.8 / len(names)
-    for i, n in enumerate(names):
-        ys = [c["results"].get(n, {}).get("copy_fraction", 0) * 100 for c in cases]
-        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=n)
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
-    ax.set_xticklabels([c["name"] for c in cases], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("% of copy bandwidth (higher is faster)")
-    ax.set_title(f"{result['gpu']} — copy {result['copy_GBps']:.0f} GB/s — {result['date']}", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()

@@ -1,52 +1,117 @@
-"""Markdown table of a `benchmarks/peers.py` result file (the README's tables come from these).
+"""Tables of a `benchmarks/peers.py` result file: Markdown (the README's tables come from these) or
+fixed width (what peers.py prints last).
 
-    python3 benchmarks/peers_table.py benchmarks/results/peers-decode-G1-H100-...json
+    python3 benchmarks/peers_table.py benchmarks/results/peers-decode-G1-H100-...json [--fixed]
+
+Decode cases show median µs (% of the copy bandwidth measured in the same run); prefill and mixed
+batches median µs (causal TFLOP/s). The last column is ours-auto's speed against the fastest peer
+(> 1: ours faster); without an ours-auto row, the first ours-* row's.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+
+
+def kind(case: dict) -> str:
+    """decode / prefill / mixed (result files before the "kind" key held decode cases only)."""
+    return case.get("kind") or ("decode" if case["tokens"] == case["seqs"] else "prefill")
+
+
+def impl_names(cases: list) -> list:
+    """Implementations in order of first appearance."""
+    return list(dict.fromkeys(n for c in cases for n in c["results"]))
+
+
+def ours_name(names: list) -> str:
+    return "ours-auto" if "ours-auto" in names else next((n for n in names if n.startswith("ours")), "ours-auto")
+
+
+def cell(case: dict, res: dict | None) -> str:
+    if res is None:
+        return "—"
+    if "median_us" not in res:
+        return "error"
+    if kind(case) == "decode":
+        return f"{res['median_us']:.1f} ({100 * res['copy_fraction']:.0f} %)"
+    return f"{res['median_us']:.1f} ({res['TFLOPs']:.0f} TFLOP/s)"
+
+
+def summary(cases: list, ours: str, peers: list) -> str:
+    ratios = [c["results"][ours]["speed_vs_fastest_peer"] for c in cases
+              if "speed_vs_fastest_peer" in c["results"].get(ours, {})]
+    if not ratios or not peers:
+        return ""
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return (f"{ours} against the fastest peer: geometric mean {geo:.2f}×, worst {min(ratios):.2f}× "
+            f"over {len(ratios)} cases (speed ratio, > 1 = ours faster).")
 
 
 def markdown(result: dict) -> str:
     cases = result["cases"]
-    names = []
-    for c in cases:
-        for n in c["results"]:
-            if n not in names:
-                names.append(n)
+    names = impl_names(cases)
+    ours = ours_name(names)
     peers = [n for n in names if not n.startswith("ours")]
-    head = "| case | " + " | ".join(names) + " | ours-auto vs fastest peer |"
-    lines = [f"{result['gpu']}, {result['date']}, copy bandwidth {result['copy_GBps']:.0f} GB/s; "
-             f"median µs (% of copy bandwidth)", "", head, "|---|" + "---:|" * (len(names) + 1)]
+    unit = "median µs (% of copy bandwidth)"
+    if any(kind(c) != "decode" for c in cases):
+        unit = "median µs (% of copy bandwidth for decode; causal TFLOP/s for prefill and mixed batches)"
+    head = "| case | " + " | ".join(names) + f" | {ours} vs fastest peer |"
+    lines = [f"{result['gpu']}, {result['date']}, copy bandwidth {result['copy_GBps']:.0f} GB/s; {unit}", "", head,
+             "|---|" + "---:|" * (len(names) + 1)]
     for c in cases:
-        cells = []
-        for n in names:
-            r = c["results"].get(n)
-            if r is None:
-                cells.append("—")
-            elif "median_us" in r:
-                cells.append(f"{r['median_us']:.1f} ({100 * r['copy_fraction']:.0f} %)")
-            else:
-                cells.append("error")
-        ours = c["results"].get("ours-auto", {})
-        ratio = f"{ours['speed_vs_fastest_peer']:.2f}×" if "speed_vs_fastest_peer" in ours else "—"
+        cells = [cell(c, c["results"].get(n)) for n in names]
+        res = c["results"].get(ours, {})
+        ratio = f"{res['speed_vs_fastest_peer']:.2f}×" if "speed_vs_fastest_peer" in res else "—"
         if c["notes"] and not any("median_us" in r for r in c["results"].values()):
             cells = ["; ".join(c["notes"])] + [""] * (len(names) - 1)
         lines.append(f"| {c['name']} | " + " | ".join(cells) + f" | {ratio} |")
-    ratios = [c["results"]["ours-auto"]["speed_vs_fastest_peer"] for c in cases
-              if "speed_vs_fastest_peer" in c["results"].get("ours-auto", {})]
-    if ratios and peers:
-        geo = 1.0
-        for r in ratios:
-            geo *= r
-        geo **= 1 / len(ratios)
-        lines += ["", f"ours-auto against the fastest peer: geometric mean {geo:.2f}×, worst {min(ratios):.2f}× "
-                      f"over {len(ratios)} cases (speed ratio, > 1 = ours faster)."]
+    line = summary(cases, ours, peers)
+    if line:
+        lines += ["", line]
     return "\n".join(lines)
+
+
+def fixed_width(result: dict) -> str:
+    """Plain-text table: per implementation the median µs and % of copy bandwidth (decode) or
+    TFLOP/s (prefill, mixed); "ERR" for a failed or wrong implementation, "-" where it did not run."""
+    cases = result["cases"]
+    names = impl_names(cases)
+    ours = ours_name(names)
+    peers = [n for n in names if not n.startswith("ours")]
+    width = max([len(c["name"]) for c in cases] + [4])
+    cols = [max(15, len(n)) for n in names]
+    out = [f"{result['gpu']}  copy {result['copy_GBps']:.0f} GB/s  (µs, % of copy bw | TFLOP/s; x = {ours} vs "
+           f"fastest peer)",
+           f"{'case':<{width}}  " + "  ".join(f"{n:>{w}}" for n, w in zip(names, cols)) + f"  {'x':>6}"]
+    for c in cases:
+        row = []
+        for n, w in zip(names, cols):
+            r = c["results"].get(n)
+            if r is None:
+                s = "-"
+            elif "median_us" not in r:
+                s = "ERR"
+            elif kind(c) == "decode":
+                s = f"{r['median_us']:.1f} {100 * r['copy_fraction']:3.0f}%"
+            else:
+                s = f"{r['median_us']:.1f} {r['TFLOPs']:4.0f}TF"
+            row.append(f"{s:>{w}}")
+        res = c["results"].get(ours, {})
+        x = f"{res['speed_vs_fastest_peer']:.2f}" if "speed_vs_fastest_peer" in res else "-"
+        out.append(f"{c['name']:<{width}}  " + "  ".join(row) + f"  {x:>6}")
+        for note in c["notes"]:
+            out.append(f"{'':<{width}}  note: {note}")
+    for n, c in ((n, c) for c in cases for n, r in c["results"].items() if "error" in r):
+        out.append(f"error {c['name']} / {n}: {c['results'][n]['error'][:200]}")
+    line = summary(cases, ours, peers)
+    if line:
+        out.append(line)
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
-        print(markdown(json.load(f)))
+        data = json.load(f)
+    print(fixed_width(data) if "--fixed" in sys.argv[2:] else markdown(data))
