@@ -124,12 +124,7 @@ impl KernelModule {
 }
 
 impl ContextModule {
-    /// The kernel called `name` (cached after the first lookup).
-    pub fn function(&self, name: &'static str) -> Result<CUfunction> {
-        self.function_with_shared(name, 0)
-    }
-
-    /// The kernel called `name`, allowed `shared_bytes` of dynamic shared memory (above 48 KiB a
+    /// The kernel called `name` (looked up once, then cached), allowed `shared_bytes` of dynamic shared memory (above 48 KiB a
     /// kernel must opt in with `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; done once per
     /// kernel and size, not per launch).
     pub fn function_with_shared(&self, name: &'static str, shared_bytes: u32) -> Result<CUfunction> {
