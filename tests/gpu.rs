@@ -12,7 +12,7 @@ use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, pipelined_applies, tensor_core_applies, DeviceBuffers, KernelChoice,
+    launch_cuda_with, pipelined_applies, tensor_core_applies, tiled_applies, DeviceBuffers, KernelChoice,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
@@ -76,8 +76,8 @@ fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
     }
 }
 
-/// The kernels that apply to a case: always the general one, and the tensor-core and pipelined
-/// ones where they apply (every device these tests run on is sm_80+).
+/// The kernels that apply to a case: always the general one, and the tensor-core, pipelined and
+/// tiled ones where they apply (every device these tests run on is sm_80+).
 fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     let mut k = vec![KernelChoice::General];
     if tensor_core_applies(&case.spec(), 90) {
@@ -85,6 +85,9 @@ fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     }
     if pipelined_applies(&case.spec(), 90) {
         k.push(KernelChoice::Pipelined);
+    }
+    if tiled_applies(&case.spec(), 90) {
+        k.push(KernelChoice::Tiled);
     }
     k
 }
@@ -289,6 +292,69 @@ fn pipelined_kernel_small_cases() {
     check_pipelined_cases(18, false);
 }
 
+/// The tiled kernel over what it covers (f16/bf16 q and KV, head_dim 64/128, groups up to 64):
+/// prefills of hundreds of rows (many query tiles, causal diagonal inside and across key tiles),
+/// chunked prefill over longer contexts, decode and few-row (short-item) sequences in the same
+/// batch, padding rows, every page size, windows, soft caps and custom mask values.
+fn check_tiled_cases(cases: usize, big: bool) {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let page_sizes = [1, 3, 8, 16, 32, 64, 128, 256];
+    let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4), (1, 32), (1, 64), (2, 3)];
+    let mut worst = 0.0f64;
+    for i in 0..cases {
+        let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let head_dim = [128, 64][(i / 2) % 2];
+        let page_size = page_sizes[i % page_sizes.len()];
+        let (nkv, group) = heads[i % heads.len()];
+        let max_rows = if big { 200 } else { 90 };
+        let seqs: Vec<(usize, usize)> = (0..rng.gen_range(1..5))
+            .map(|_| match rng.gen_range(0..5) {
+                0 => (1, rng.gen_range(1..3000)),                  // decode
+                1 => (rng.gen_range(2..5), rng.gen_range(4..600)), // speculative rows
+                2 => {
+                    let q = rng.gen_range(1..max_rows); // whole prefill
+                    (q, q)
+                }
+                3 => (rng.gen_range(1..max_rows), rng.gen_range(max_rows..2 * max_rows + 300)), // chunk
+                _ => (rng.gen_range(17..80), rng.gen_range(80..300)),
+            })
+            .collect();
+        let pad = rng.gen_range(0..70);
+        let mut case = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        match i % 6 {
+            1 => case.sliding_window = Some(rng.gen_range(1..300)),
+            2 => case.soft_cap = Some(rng.gen_range(5.0..50.0)),
+            3 => case.mask_value = Some(-2.0),
+            4 => {
+                case.sliding_window = Some(rng.gen_range(1..100));
+                case.soft_cap = Some(30.0);
+            }
+            _ => {}
+        }
+        assert!(tiled_applies(&case.spec(), 90));
+        let label = format!("case {i}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}");
+        let err = compare(&case, &run_gpu(&stream, &case, KernelChoice::Tiled), &case.cpu_output(), &label);
+        worst = worst.max(err);
+    }
+    println!("worst |gpu - cpu| Tiled ({cases} cases): {worst:.3e}");
+    println!("{cases} tiled-kernel cases passed");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_kernel_matches_cpu() {
+    check_tiled_cases(27, true);
+}
+
+/// Small prefills: every path of the tiled kernel, small enough for compute-sanitizer's racecheck
+/// and synccheck (scripts/gpu_check.sh).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_kernel_small_cases() {
+    check_tiled_cases(18, false);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn paged_attention_long_context_128k() {
@@ -336,6 +402,9 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
     let mut c = base.clone();
     c.num_seqs = 1 << 28;
     cases.push(("num_seqs > max_num_seqs", c));
+    let mut c = base.clone();
+    c.cu_q_lens.iter_mut().for_each(|v| *v += 2);
+    cases.push(("rows before cu_q_lens[0]", c));
     let mut c = base.clone();
     c.kv_lens[2] = 1; // q_len 5 > kv_len 1
     cases.push(("q_len > kv_len", c));

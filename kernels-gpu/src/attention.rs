@@ -41,6 +41,10 @@ pub struct RpaParams {
     /// L2 hints of the pipelined kernel's K/V copies: bit 0 = prefetch 256 bytes, bit 1 =
     /// evict-first policy.
     pub copy_hint: u32,
+    /// Query rows per tile of the tiled kernel (`64 / GQA group`); 0 for the other kernels.
+    pub tile_rows: u32,
+    /// Most work items of the tiled kernel's plan (its grid width); 0 for the other kernels.
+    pub plan_capacity: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

@@ -4,6 +4,7 @@
 pub mod paged_attention;
 pub mod paged_attention_mma;
 pub mod paged_attention_pipelined;
+pub mod paged_attention_tiled;
 pub mod simple_add;
 
 /// Copies `bytes` bytes in the widest chunks their count allows (16, 8, 4, 2 or 1 bytes); the

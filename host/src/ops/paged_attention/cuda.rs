@@ -7,6 +7,10 @@ use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_h
 use kernels_gpu::kernels::paged_attention_pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_supports, pipelined_threads, PIPE_TILE_KEYS,
 };
+use kernels_gpu::kernels::paged_attention_tiled::{
+    plan_bytes, plan_capacity, tile_rows, tiled_shared_bytes, tiled_supports, PLAN_SHARED_BYTES, PLAN_THREADS,
+    TILE_THREADS,
+};
 
 use super::PagedAttention;
 use crate::dtype::DType;
@@ -117,10 +121,13 @@ pub enum KernelChoice {
     TensorCore,
     /// The `cp.async`-pipelined tensor-core kernel; an error where it does not apply.
     Pipelined,
+    /// The query-tiled kernel with its device-side plan (prefill and mixed batches); an error
+    /// where it does not apply.
+    Tiled,
 }
 
 /// Environment variable that overrides [`KernelChoice::Auto`] (benchmarks compare the kernels in
-/// one process): `auto`, `general`, `mma` or `pipelined`.
+/// one process): `auto`, `general`, `mma`, `pipelined` or `tiled`.
 pub const KERNEL_ENV_VAR: &str = "XGK_RPA_KERNEL";
 
 impl KernelChoice {
@@ -133,8 +140,9 @@ impl KernelChoice {
                 "general" => Ok(KernelChoice::General),
                 "mma" => Ok(KernelChoice::TensorCore),
                 "pipelined" => Ok(KernelChoice::Pipelined),
+                "tiled" => Ok(KernelChoice::Tiled),
                 other => Err(crate::Error::invalid(format!(
-                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma or pipelined"
+                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma, pipelined or tiled"
                 ))),
             },
         }
@@ -167,12 +175,31 @@ pub fn pipelined_applies(spec: &PagedAttention, cc: u32) -> bool {
         && cc >= 80
 }
 
+/// Whether the tiled kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype, head dim
+/// 64 or 128, a GQA group of at most 64; sm_80+.
+pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
+    matches!(spec.q_dtype, DType::F16 | DType::BF16)
+        && spec.kv_dtype == spec.q_dtype
+        && !spec.kv_scaled()
+        && tiled_supports(spec.head_dim, spec.num_q_heads / spec.num_kv_heads)
+        && cc >= 80
+}
+
+/// Whether [`KernelChoice::Auto`] takes the tiled kernel: where it applies and the static shapes
+/// leave room for more query rows than sequences (some sequence may have several rows: a prefill
+/// or a mixed batch). With at most one row per sequence possible, the batch is decode only, and
+/// the pipelined kernel's key splits serve it better.
+pub fn tiled_preferred(spec: &PagedAttention, cc: u32) -> bool {
+    tiled_applies(spec, cc) && spec.max_tokens > spec.max_num_seqs
+}
+
 /// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_<kv>_d<D>`
 /// (pipelined), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
 pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
     let name = match kernel {
         KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
+        KernelChoice::Tiled => format!("rpa_tile_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::TensorCore => format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim),
         _ => format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane()),
     };
@@ -236,6 +263,7 @@ pub unsafe fn launch_cuda_with(
     let module = kernels.for_stream(stream)?;
     let cc = module.compute_capability;
     let kernel = match choice {
+        KernelChoice::Auto if tiled_preferred(spec, cc) => KernelChoice::Tiled,
         KernelChoice::Auto if pipelined_applies(spec, cc) => KernelChoice::Pipelined,
         KernelChoice::Auto if tensor_core_applies(spec, cc) => KernelChoice::TensorCore,
         KernelChoice::Auto => KernelChoice::General,
@@ -253,8 +281,18 @@ pub unsafe fn launch_cuda_with(
             );
             KernelChoice::Pipelined
         }
+        KernelChoice::Tiled => {
+            ensure!(
+                tiled_applies(spec, cc),
+                "the tiled kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128, num_q_heads / num_kv_heads <= 64 and sm_80+"
+            );
+            KernelChoice::Tiled
+        }
         KernelChoice::General => KernelChoice::General,
     };
+    if kernel == KernelChoice::Tiled {
+        return launch_tiled(&module, stream, spec, bufs);
+    }
     let name = kernel_name(spec, kernel);
     let group = spec.num_q_heads / spec.num_kv_heads;
     let (heads_per_block, threads, shared_bytes) = match kernel {
@@ -326,6 +364,55 @@ pub unsafe fn launch_cuda_with(
     // Free even when a launch failed, so an error does not leak device memory.
     let freed = scratch.map_or(Ok(()), |s| s.free());
     combined.and(freed)
+}
+
+/// The tiled kernel: [`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan) writes
+/// the work items into scratch, then one block per (item, KV head) runs.
+///
+/// # Safety
+/// As [`launch_cuda`].
+unsafe fn launch_tiled(
+    module: &crate::runtime::ContextModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+) -> Result<()> {
+    let group = spec.num_q_heads / spec.num_kv_heads;
+    let rows = tile_rows(group);
+    let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
+    ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
+    ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
+    let mut params = spec.kernel_params(1, spec.max_visited_keys());
+    params.copy_hint = copy_hint_from_env();
+    params.tile_rows = rows;
+    params.plan_capacity = capacity as u32;
+    let plan = module.alloc_scratch(stream, plan_bytes(capacity) as usize)?;
+
+    let mut args = KernelArgs::new();
+    args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan.ptr()).push(params);
+    let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
+    let planned = module.launch(stream, "rpa_plan", cfg, &mut args.pointers());
+    let launched = planned.and_then(|()| {
+        let mut args = KernelArgs::new();
+        args.push(bufs.q)
+            .push(bufs.kv_pages)
+            .push(bufs.kv_lens)
+            .push(bufs.page_indices)
+            .push(bufs.cu_q_lens)
+            .push(bufs.num_seqs)
+            .push(plan.ptr())
+            .push(bufs.out)
+            .push(params);
+        let cfg = LaunchConfig {
+            grid: (capacity as u32, spec.num_kv_heads, 1),
+            block: (TILE_THREADS, 1, 1),
+            shared_bytes: tiled_shared_bytes(spec.head_dim),
+        };
+        module.launch(stream, kernel_name(spec, KernelChoice::Tiled), cfg, &mut args.pointers())
+    });
+    // Free even when a launch failed, so an error does not leak device memory.
+    let freed = plan.free();
+    launched.and(freed)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ mod cuda;
 pub use cpu::run_cpu;
 pub use cuda::{
     choose_splits, choose_splits_by_waves, launch_cuda, launch_cuda_with, pipelined_applies, tensor_core_applies,
-    DeviceBuffers, KernelChoice, KERNEL_ENV_VAR,
+    tiled_applies, tiled_preferred, DeviceBuffers, KernelChoice, KERNEL_ENV_VAR,
 };
 
 use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
@@ -249,6 +249,8 @@ impl PagedAttention {
             include_masked: self.include_masked() as u32,
             kv_scaled: self.kv_scaled() as u32,
             copy_hint: 0,
+            tile_rows: 0,
+            plan_capacity: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
