@@ -364,8 +364,8 @@ def select_kernel(kernel, hint="1"):
 
 
 class Ours:
-    """Our torch op with one kernel variant: `auto`, `pipelined`, `mma` or `general`, optionally
-    `:h<N>` for the pipelined kernel's L2 copy hints (`XGK_RPA_COPY_HINT`)."""
+    """Our torch op with one kernel variant: `auto`, `tiled`, `pipelined`, `mma` or `general`,
+    optionally `:h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`)."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
@@ -720,9 +720,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
-    ap.add_argument("--variants", default="auto", help="ours' kernels, comma separated: auto,general,mma,pipelined")
+    ap.add_argument("--variants", default="auto", help="ours' kernels, comma separated: auto,tiled,pipelined,mma,general")
     ap.add_argument("--no-jax", action="store_true", help="skip ours-jax and Pallas")
     ap.add_argument("--no-flashinfer", action="store_true")
+    ap.add_argument("--no-ours", action="store_true", help="skip our torch op (peers only)")
     ap.add_argument("--only-jax", action="store_true",
                     help="only ours-jax and Pallas (JAX timing; run apart from the CUDA-graph timing of the torch "
                          "implementations: both in one process faulted on an H100, cause not established)")
@@ -751,7 +752,7 @@ def main():
             print(notes[-1], flush=True)
 
     if not args.only_jax:
-        for v in args.variants.split(","):
+        for v in ([] if args.no_ours else args.variants.split(",")):
             add(functools.partial(Ours, v), f"ours-{v}")
         if not args.no_flashinfer:
             add(FlashInfer, "flashinfer")

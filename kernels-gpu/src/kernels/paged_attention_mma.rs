@@ -134,13 +134,32 @@ pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
     l: &mut [f32; 2],
     o: &mut [[f32; 4]; NTILES],
 ) -> [u32; 4] {
-    let mut pa = [0u32; 4];
+    let mut pa = [[0u32; 4]; 1];
+    online_softmax_steps::<Q, NTILES, 2, 1>(s, LOG2_E, m, l, o, &mut pa);
+    pa[0]
+}
+
+/// [`online_softmax_step`] over a run of `8 * KN` keys (`KN` n-tiles of S, `KS = KN / 2` k-steps
+/// of `O += P V`): one max, one rescale for the whole run. `pa[ks]` is the A operand of k-step
+/// `ks` (keys `16 ks .. 16 ks + 16`). Weights are `exp2((s - max) * exp_scale)`: `LOG2_E` for
+/// natural-log logits, 1 for logits already in log2 units (the multiply folds away).
+#[inline(always)]
+pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN: usize, const KS: usize>(
+    s: &[[f32; 4]; KN],
+    exp_scale: f32,
+    m: &mut [f32; 2],
+    l: &mut [f32; 2],
+    o: &mut [[f32; 4]; NTILES],
+    pa: &mut [[u32; 4]; KS],
+) {
+    const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
     unroll::<2>(|ri| {
-        let local = max_f32(max_f32(s[0][2 * ri], s[0][2 * ri + 1]), max_f32(s[1][2 * ri], s[1][2 * ri + 1]));
+        let mut local = f32::NEG_INFINITY;
+        unroll::<KN>(|nt| local = max_f32(local, max_f32(s[nt][2 * ri], s[nt][2 * ri + 1])));
         let m_new = max_f32(m[ri], quad_max(local));
         // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
         let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        let corr = exp2_approx((m[ri] - m_ref) * LOG2_E);
+        let corr = exp2_approx((m[ri] - m_ref) * exp_scale);
         // Once the running max settles, most steps change no row's max: skip the rescale of the
         // accumulators then (a warp-uniform branch; rows whose max did not move have corr = 1).
         if warp_any(m_new != m[ri]) {
@@ -151,17 +170,13 @@ pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
             });
         }
         m[ri] = m_new;
-        let mut w = [[0.0f32; 2]; 2];
-        unroll::<2>(|nt| {
-            unroll::<2>(|c| {
-                w[nt][c] = exp2_approx((s[nt][2 * ri + c] - m_ref) * LOG2_E);
-                l[ri] += w[nt][c];
-            })
+        unroll::<KN>(|nt| {
+            let w0 = exp2_approx((s[nt][2 * ri] - m_ref) * exp_scale);
+            let w1 = exp2_approx((s[nt][2 * ri + 1] - m_ref) * exp_scale);
+            l[ri] += w0 + w1;
+            pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(w0, w1);
         });
-        pa[ri] = Q::pack2(w[0][0], w[0][1]);
-        pa[2 + ri] = Q::pack2(w[1][0], w[1][1]);
     });
-    pa
 }
 
 /// Hands a warp's `(m, l, O)` of rows `g` and `g + 8` to [`merge_warps_and_store`]: shared layout

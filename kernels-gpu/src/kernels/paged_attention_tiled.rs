@@ -13,41 +13,45 @@
 //!   the attention blocks fall back to one row per item, rows found as in
 //!   [`crate::attention::find_sequence`]: the same results as every other kernel, slower.
 //! - `rpa_tile_<q>_<kv>_d<D>`: block (item, KV head `g`). Its M rows are (query row, query head
-//!   of `g`) pairs, row-major: 64 for a tile, 16 per warp. K/V come through the same 3-stage
-//!   `cp.async` ring of 64-key tiles as the decode kernel (permuted rows, `ldmatrix`, `mma.sync`),
-//!   over the keys any row of the item can see: key tiles wholly above the causal diagonal or
-//!   before the sliding window are never loaded, and a warp skips the 16-key groups its own rows
-//!   cannot see. A tile item gives each warp its 16 rows and every key; a short item (at most 16
-//!   M rows) gives every warp the same rows and a quarter of the keys, merged through shared
-//!   memory at the end, as in decode.
+//!   of `g`) pairs, row-major: 64 for a tile, 16 per warp (a short item's rows are all warp 0's;
+//!   the other warps only copy: a decode row stays memory bound, with no merge across warps).
+//!   K/V come through a 3-stage `cp.async` ring of 64-key tiles as in the decode kernel (permuted
+//!   rows, `ldmatrix`, `mma.sync`), over the keys any row of the item can see: key tiles wholly
+//!   above the causal diagonal or before the sliding window are never loaded, and a warp skips the
+//!   tiles its own rows cannot see. Per tile a warp computes S for its 16 rows and all 64 keys
+//!   (eight independent mma chains), one online-softmax step in log2 units, and `O += P V`; masks
+//!   apply only to tiles that are not wholly visible to the warp's rows.
 //!
-//! Items run last-first: the last tiles of a causal sequence see the most keys, and starting them
-//! first keeps them off the tail of the grid.
+//! Order: tile items first, each sequence's last tile first (a causal sequence's last tiles see
+//! the most keys; starting them first keeps them off the tail of the grid), then short items
+//! (memory bound, they fill in behind), then zero-fill items.
 
 use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
 use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group, CopyHint};
 use crate::kernel;
-use crate::math::{exp2_approx, max_f32, tanh, LOG2_E};
+use crate::math::{tanh_fast, LOG2_E};
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, grid_dim_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention_mma::{online_softmax_step, quad_sum, store_warp_state, MMA_HEADS_PER_BLOCK};
+use super::paged_attention_mma::{online_softmax_steps, quad_sum};
 use super::unroll;
 
 /// M rows (query row × query head pairs) of a tile: 16 per warp.
 pub const TILE_M: u32 = 64;
 /// Keys per pipeline stage.
 pub const TILE_KEYS: u32 = 64;
-/// Shared-memory stages of the K/V pipeline.
+/// Shared-memory stages of the K/V pipeline (two tiles in flight; 2 blocks per SM at head_dim
+/// 128). Two stages with launch bounds for 3 blocks per SM (168 registers) measured 0.57x as fast:
+/// the accumulators spill (benchmarks/NOTES.md).
 pub const TILE_STAGES: u32 = 3;
 /// Threads per block of the tiled kernel (4 warps).
 pub const TILE_THREADS: u32 = 128;
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
-/// Words before the items in the plan: item count, fallback flag, two reserved.
+/// Words before the items in the plan: item count, fallback flag, tile-item count, reserved.
 pub const PLAN_HEADER_WORDS: u32 = 4;
 /// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
 pub const PLAN_ITEM_WORDS: u32 = 4;
@@ -56,7 +60,6 @@ const ZERO_ITEM_ROWS: u32 = 64;
 /// The sequence of a zero-fill item.
 const NO_SEQUENCE: u32 = u32::MAX;
 /// 16-key groups of a tile.
-const KEY_GROUPS: u32 = TILE_KEYS / 16;
 
 /// Whether the tiled kernel covers a head size and GQA group (16-bit KV of q's dtype).
 pub const fn tiled_supports(head_dim: u32, group: u32) -> bool {
@@ -80,37 +83,28 @@ pub const fn plan_bytes(capacity: u64) -> u64 {
     (PLAN_HEADER_WORDS as u64 + PLAN_ITEM_WORDS as u64 * capacity) * 4
 }
 
-/// Dynamic shared memory of the planning kernel.
-pub const PLAN_SHARED_BYTES: u32 = 2 * PLAN_THREADS * 4;
+/// Dynamic shared memory of the planning kernel: three scanned counts per thread.
+pub const PLAN_SHARED_BYTES: u32 = 3 * PLAN_THREADS * 4;
 
-/// Dynamic shared memory of the tiled kernel: the pipeline stages, reused by the short-item merge.
+/// Dynamic shared memory of the tiled kernel: the pipeline stages.
 pub const fn tiled_shared_bytes(head_dim: u32) -> u32 {
-    let pipeline = TILE_STAGES * 2 * TILE_KEYS * head_dim * 2;
-    let merge = (TILE_THREADS / WARP_SIZE) * MMA_HEADS_PER_BLOCK * (2 + head_dim) * 4;
-    if pipeline > merge {
-        pipeline
-    } else {
-        merge
-    }
+    TILE_STAGES * 2 * TILE_KEYS * head_dim * 2
 }
 
-/// Items of a sequence with `rows` query rows (in `[0, max_tokens)`).
+/// Whether a sequence of `rows` query rows is one short item (all its M rows fit one warp's 16).
 #[inline(always)]
-fn items_for_rows(rows: u32, group: u32, tile_rows: u32) -> u32 {
-    if rows == 0 {
-        0
-    } else if rows <= 16 / group {
-        1
-    } else {
-        rows.div_ceil(tile_rows)
-    }
+fn is_short(rows: u32, group: u32) -> bool {
+    rows <= 16 / group
 }
 
 /// Builds the plan (see the module docs) with one block of [`PLAN_THREADS`] threads: each thread
-/// counts the items of a contiguous run of sequences, a block-wide scan places them.
+/// counts the items of a contiguous run of sequences, a block-wide scan places them. Order: the
+/// tile items (the heaviest: the kernel runs them first, last tile of each sequence first), then
+/// the short items, then the zero-fill items; the header holds the item and tile-item counts.
 #[inline(always)]
 unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, p: RpaParams) {
-    let tid = thread_idx_x();
+    let tid = thread_idx_x() as usize;
+    let threads = PLAN_THREADS as usize;
     let n = clamp_num_seqs(*num_seqs, p.max_num_seqs);
     let group = p.num_q_heads / p.num_kv_heads;
     let tile_rows = p.tile_rows.max(1);
@@ -118,39 +112,45 @@ unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32
     let cu = |i: u32| *cu_q_lens.add(i as usize);
     let row_of = |i: u32| cu(i).clamp(0, max_tokens) as u32;
     let per = n.div_ceil(PLAN_THREADS);
-    let lo = (tid * per).min(n);
+    let lo = (tid as u32 * per).min(n);
     let hi = (lo + per).min(n);
-    let mut items = 0u32;
-    let mut decreasing = 0u32;
+    // This thread's (tile items, short items, decreasing cu_q_lens steps).
+    let mut counts = [0u32; 3];
     for i in lo..hi {
         if cu(i + 1) < cu(i) {
-            decreasing += 1;
+            counts[2] += 1;
         }
-        items += items_for_rows(row_of(i + 1).saturating_sub(row_of(i)), group, tile_rows);
+        let rows = row_of(i + 1).saturating_sub(row_of(i));
+        if rows == 0 {
+        } else if is_short(rows, group) {
+            counts[1] += 1;
+        } else {
+            counts[0] += rows.div_ceil(tile_rows);
+        }
     }
 
-    // Inclusive scan of (items, decreasing) over the threads (Hillis-Steele in shared memory).
+    // Inclusive scans of the three counts over the threads (Hillis-Steele in shared memory).
     let scan = dynamic_shared_mem::<u32>();
-    let bad = scan.add(PLAN_THREADS as usize);
-    *scan.add(tid as usize) = items;
-    *bad.add(tid as usize) = decreasing;
+    unroll::<3>(|c| *scan.add(c * threads + tid) = counts[c]);
     sync_threads();
     let mut offset = 1;
-    while offset < PLAN_THREADS {
-        let (mut a, mut b) = (*scan.add(tid as usize), *bad.add(tid as usize));
-        if tid >= offset {
-            a += *scan.add((tid - offset) as usize);
-            b += *bad.add((tid - offset) as usize);
-        }
+    while offset < threads {
+        let mut v = [0u32; 3];
+        unroll::<3>(|c| {
+            v[c] = *scan.add(c * threads + tid);
+            if tid >= offset {
+                v[c] += *scan.add(c * threads + tid - offset);
+            }
+        });
         sync_threads();
-        *scan.add(tid as usize) = a;
-        *bad.add(tid as usize) = b;
+        unroll::<3>(|c| *scan.add(c * threads + tid) = v[c]);
         sync_threads();
         offset *= 2;
     }
-    let total = *scan.add(PLAN_THREADS as usize - 1);
+    let total = |c: usize| *scan.add(c * threads + threads - 1);
+    let (tiles, shorts) = (total(0), total(1));
     let capacity = p.plan_capacity;
-    if *bad.add(PLAN_THREADS as usize - 1) != 0 {
+    if total(2) != 0 {
         if tid == 0 {
             *plan = 0;
             *plan.add(1) = 1;
@@ -166,21 +166,22 @@ unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32
             *item.add(3) = 0;
         }
     };
-    let mut k = *scan.add(tid as usize) - items;
+    let mut next_tile = *scan.add(tid) - counts[0];
+    let mut next_short = tiles + *scan.add(threads + tid) - counts[1];
     for i in lo..hi {
         let (r0, r1) = (row_of(i), row_of(i + 1));
         if r1 <= r0 {
             continue;
         }
-        if r1 - r0 <= 16 / group {
-            write(k, i, r0, r1 - r0);
-            k += 1;
+        if is_short(r1 - r0, group) {
+            write(next_short, i, r0, r1 - r0);
+            next_short += 1;
         } else {
             let mut r = r0;
             while r < r1 {
                 let rows = (r1 - r).min(tile_rows);
-                write(k, i, r, rows);
-                k += 1;
+                write(next_tile, i, r, rows);
+                next_tile += 1;
                 r += rows;
             }
         }
@@ -189,19 +190,20 @@ unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32
     let (head, tail0) = (row_of(0), row_of(n));
     let head_items = head.div_ceil(ZERO_ITEM_ROWS);
     let zero_items = head_items + (p.max_tokens - tail0).div_ceil(ZERO_ITEM_ROWS);
-    let mut z = tid;
+    let mut z = tid as u32;
     while z < zero_items {
         let (start, end) = if z < head_items {
             (z * ZERO_ITEM_ROWS, head)
         } else {
             (tail0 + (z - head_items) * ZERO_ITEM_ROWS, p.max_tokens)
         };
-        write(total + z, NO_SEQUENCE, start, (end - start).min(ZERO_ITEM_ROWS));
+        write(tiles + shorts + z, NO_SEQUENCE, start, (end - start).min(ZERO_ITEM_ROWS));
         z += PLAN_THREADS;
     }
     if tid == 0 {
-        *plan = (total + zero_items).min(capacity);
+        *plan = (tiles + shorts + zero_items).min(capacity);
         *plan.add(1) = 0;
+        *plan.add(2) = tiles.min(capacity);
     }
 }
 
@@ -217,23 +219,26 @@ pub(crate) struct TiledPointers<Q> {
     pub out: *mut Q,
 }
 
-/// The contract's logit of key `j` for a row with window `w` from a raw `q · k`, or -inf when the
-/// key takes no part (outside the window and masked keys are skipped, or the row sees nothing).
-#[inline(always)]
-fn row_logit(raw: f32, j: u32, w: &RowWindow, p: &RpaParams) -> f32 {
-    let visible = w.visible(j);
-    let masked_counts = p.include_masked != 0 && w.first < w.end && j < w.kv_len;
-    if !visible && !masked_counts {
-        return f32::NEG_INFINITY;
-    }
-    let mut x = raw * p.sm_scale;
-    if p.soft_cap != 0.0 {
-        x = p.soft_cap * tanh(x / p.soft_cap);
-    }
-    if visible {
-        x
-    } else {
-        x + p.mask_value
+/// The contract's logit transform, folded for logits kept in log2 units (the softmax then takes
+/// `exp2` with no multiply): `x = raw * sm_scale`, soft capped `cap * tanh(x / cap)`, masked keys
+/// (when they count) `x + mask_value`; each times log2(e).
+struct LogitScale {
+    scale_log2: f32,
+    scale_over_cap: f32,
+    cap_log2: f32,
+    mask_log2: f32,
+}
+
+impl LogitScale {
+    fn new(p: &RpaParams) -> Self {
+        let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
+        LogitScale {
+            scale_log2: p.sm_scale * LOG2_E,
+            scale_over_cap: p.sm_scale / cap,
+            cap_log2: cap * LOG2_E,
+            // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
+            mask_log2: if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 },
+        }
     }
 }
 
@@ -253,22 +258,34 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
 ) {
     const { assert!(NTILES * 8 == D && KSTEPS * 16 == D, "tiles cover the head dim") };
     let count = *ptr.plan;
-    let fallback = *ptr.plan.add(1);
-    let b = block_idx_x();
-    if fallback == 0 {
-        if b < count {
-            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * (count - 1 - b)) as usize);
-            tile_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, *item, *item.add(1), *item.add(2));
+    let fallback = *ptr.plan.add(1) != 0;
+    // One item per block; with an invalid cu_q_lens (fallback), one row per item, owned as
+    // find_sequence says, in a grid-stride loop (block-uniform). One call site of `tile_item`
+    // keeps a single inlined copy of it.
+    let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
+    let mut index = block_idx_x();
+    loop {
+        let (seq, r0, rc) = if fallback {
+            if index >= p.max_tokens {
+                break;
+            }
+            let t = index as i32;
+            (find_sequence(t, num_seqs, |i| *ptr.cu_q_lens.add(i as usize)).unwrap_or(NO_SEQUENCE), index, 1)
+        } else {
+            if index >= count {
+                break;
+            }
+            // Tile items last-first: a causal sequence's last tiles see the most keys.
+            let tiles = *ptr.plan.add(2);
+            let k = if index < tiles { tiles - 1 - index } else { index };
+            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
+            (*item, *item.add(1), *item.add(2))
+        };
+        tile_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, seq, r0, rc);
+        if !fallback {
+            break;
         }
-    } else {
-        // Invalid cu_q_lens: one row per item, owned as find_sequence says (block-uniform loop).
-        let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
-        let mut t = b;
-        while t < p.max_tokens {
-            let seq = find_sequence(t as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize)).unwrap_or(NO_SEQUENCE);
-            tile_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, seq, t, 1);
-            t += grid_dim_x();
-        }
+        index += grid_dim_x();
     }
 }
 
@@ -309,9 +326,9 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let window_of = |r: u32| row_window((r0 + r) as i32, seq_start, seq_end, kv_len_raw, max_kv, p.sliding_window);
     let empty = RowWindow { kv_len: 0, first: 0, end: 0 };
 
-    // A short item: every warp takes all its (at most 16) M rows and a quarter of each key tile.
-    let short = rc <= 16 / group;
-    let m_base = if short { 0 } else { warp * 16 };
+    // Warp w owns M rows 16w .. 16w + 16 (a short item's rows are all warp 0's: the others only
+    // copy, which keeps a decode row memory bound rather than split four ways and merged).
+    let m_base = warp * 16;
     // This lane's two M rows (g and g + 8 of the mma fragments) and their windows.
     let m_rows = [m_base + lane / 4, m_base + lane / 4 + 8];
     let mut win = [empty; 2];
@@ -326,13 +343,17 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     });
     // Keys the item visits, and those the warp's own rows visit.
     let (lo, hi) = rows_visit_range(&window_of(0), &window_of(rc - 1), include_masked);
-    let (warp_lo, warp_hi) = {
+    // Also the keys every row of the warp sees (the latest first key, the earliest end): tiles
+    // inside need no mask.
+    let (warp_lo, warp_hi, warp_all_first, warp_all_end) = {
         let ra = m_base / group;
         if ra < rc {
             let rb = ((m_base + 15) / group).min(rc - 1);
-            rows_visit_range(&window_of(ra), &window_of(rb), include_masked)
+            let (wa, wb) = (window_of(ra), window_of(rb));
+            let (lo, hi) = rows_visit_range(&wa, &wb, include_masked);
+            (lo, hi, wb.first, wa.end)
         } else {
-            (0, 0)
+            (0, 0, 0, 0)
         }
     };
 
@@ -395,12 +416,16 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
                 }
                 None => (kv, false),
             };
+            // Copy c writes chunk `4c + quad` of the token's K-then-V span: region (K or V)
+            // `c / groups`, permuted column `(4 (c % groups) + quad) ^ (token % 8)`, which is
+            // `first ^ (c % groups) << 6` (as for the ldmatrix addresses below; the stage base has
+            // bits 6-7 clear).
+            let groups = row_chunks / 4;
+            let first = stage_base + token * row_bytes + ((quad ^ (token & 7)) * 16);
             unroll::<8>(|c| {
                 if (c as u32) < copies_per_token_thread {
-                    let part = c as u32 * 4 + quad;
-                    let (region, col) = (part / row_chunks, part % row_chunks);
-                    let dst =
-                        stage_base + region * TILE_KEYS * row_bytes + token * row_bytes + (col ^ (token & 7)) * 16;
+                    let (region, group4) = (c as u32 / groups, c as u32 % groups);
+                    let dst = (first ^ (group4 << 6)) + region * TILE_KEYS * row_bytes;
                     cp_async_16(dst, src.add(c * 64), valid, hint);
                 }
             });
@@ -408,6 +433,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         commit_group();
     };
 
+    let logit = LogitScale::new(p);
     let mut o = [[0.0f32; 4]; NTILES];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0.0f32; 2];
@@ -416,7 +442,15 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let k_half = (lane / 8) % 2;
     let v_token = ((lane / 8) % 2) * 8 + lane % 8;
     let v_half = lane / 16;
-    let (kg_first, kg_end) = if short { (warp, warp + 1) } else { (0, KEY_GROUPS) };
+    // This lane's ldmatrix addresses, relative to a stage: K rows (k-step 0, key group 0) and V
+    // rows (n-tiles 0-1, k-step 0). K-step k (V n-tile pair j) flips address bits 5-7 by `k << 5`
+    // (`j << 5`): the permuted chunk `(2k + half) ^ (row % 8)` is `2k ^ (half ^ row % 8)`, and a row
+    // holds at least 128 bytes, so XOR-ing the chunk into the address equals adding it. The stage
+    // base has those bits clear (stages are 16 KiB multiples from the dynamic shared memory base,
+    // 1 KiB aligned), so the XOR applies to `stage + offset` inside the loop: no per-step address
+    // stays live in registers across it.
+    let k_lane = k_token * row_bytes + ((k_half ^ (k_token & 7)) * 16);
+    let v_lane = TILE_KEYS * row_bytes + v_token * row_bytes + ((v_half ^ (v_token & 7)) * 16);
 
     for i in 0..TILE_STAGES - 1 {
         if i < num_tiles {
@@ -426,6 +460,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         }
     }
     for i in 0..num_tiles {
+        // Tile i has landed (TILE_STAGES - 2 later groups may still be in flight).
         wait_group::<{ TILE_STAGES - 2 }>();
         sync_threads();
         if i + TILE_STAGES - 1 < num_tiles {
@@ -441,47 +476,62 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         // Bit k: key tile_base + k is in range and on a valid page.
         let present =
             [warp_ballot(page_of(tile_base + lane).is_some()), warp_ballot(page_of(tile_base + 32 + lane).is_some())];
-        let mut kg = kg_first;
-        while kg < kg_end {
-            let key0 = tile_base + kg * 16;
-            if key0 < warp_hi && key0 + 16 > warp_lo {
-                let bits = (if kg < 2 { present[0] } else { present[1] }) >> (16 * (kg % 2));
-                let k_base = stage + kg * 16 * row_bytes;
-                let mut s = [[0.0f32; 4]; 2];
-                let k_row = k_base + k_token * row_bytes;
-                unroll::<KSTEPS>(|k| {
-                    let col = k as u32 * 2 + k_half;
-                    let b = ldmatrix_x4(k_row + ((col ^ (k_token & 7)) * 16));
-                    s[0] = Q::mma(qa[k], [b[0], b[1]], s[0]);
-                    s[1] = Q::mma(qa[k], [b[2], b[3]], s[1]);
-                });
-                // Element e of n-tile nt: M row lane/4 + 8*(e/2), key key0 + nt*8 + 2*cq + e%2.
-                unroll::<2>(|nt| {
-                    unroll::<4>(|e| {
-                        let kk = nt * 8 + 2 * cq + (e & 1);
-                        s[nt][e] = if bits & (1 << kk) != 0 {
-                            row_logit(s[nt][e], key0 + kk as u32, &win[e / 2], p)
-                        } else {
-                            f32::NEG_INFINITY
-                        };
-                    })
-                });
-                let pa = online_softmax_step::<Q, NTILES>(&s, &mut m, &mut l, &mut o);
-                let v_row = k_base + TILE_KEYS * row_bytes + v_token * row_bytes;
-                unroll::<NTILES>(|nt| {
-                    if nt % 2 == 0 {
-                        let col = nt as u32 + v_half;
-                        let b = ldmatrix_x4_trans(v_row + ((col ^ (v_token & 7)) * 16));
-                        o[nt] = Q::mma(pa, [b[0], b[1]], o[nt]);
-                        o[nt + 1] = Q::mma(pa, [b[2], b[3]], o[nt + 1]);
-                    }
-                });
-            }
-            kg += 1;
+        // The warp's 16 rows against all 64 keys, one softmax step for the tile (eight
+        // independent mma chains for S, one max and one rescale per 64 keys).
+        let mut s = [[0.0f32; 4]; 8];
+        let k_stage = stage + k_lane;
+        unroll::<KSTEPS>(|k| {
+            let k_step = k_stage ^ ((k as u32) << 5);
+            unroll::<4>(|kg| {
+                let b = ldmatrix_x4(k_step + kg as u32 * 16 * row_bytes);
+                s[2 * kg] = Q::mma(qa[k], [b[0], b[1]], s[2 * kg]);
+                s[2 * kg + 1] = Q::mma(qa[k], [b[2], b[3]], s[2 * kg + 1]);
+            });
+        });
+        // Element e of n-tile nt: M row lane/4 + 8*(e/2), key tile_base + nt*8 + 2*cq + e%2.
+        // Logits in log2 units (the softmax takes exp2 of them): scaled, soft capped.
+        if p.soft_cap != 0.0 {
+            unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
+        } else {
+            unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
         }
+        // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
+        let interior = tile_base >= warp_all_first
+            && tile_base + TILE_KEYS <= warp_all_end
+            && present[0] == u32::MAX
+            && present[1] == u32::MAX;
+        if !interior {
+            unroll::<8>(|nt| {
+                unroll::<4>(|e| {
+                    let kk = (nt % 4) * 8 + 2 * cq + (e & 1);
+                    let j = tile_base + (nt * 8 + 2 * cq + (e & 1)) as u32;
+                    let w = &win[e / 2];
+                    let counted = present[nt / 4] & (1 << kk) != 0;
+                    s[nt][e] = if counted && w.visible(j) {
+                        s[nt][e]
+                    } else if counted && include_masked && w.first < w.end && j < w.kv_len {
+                        s[nt][e] + logit.mask_log2
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                })
+            });
+        }
+        let mut pa = [[0u32; 4]; 4];
+        online_softmax_steps::<Q, NTILES, 8, 4>(&s, 1.0, &mut m, &mut l, &mut o, &mut pa);
+        let v_stage = stage + v_lane;
+        unroll::<4>(|ks| {
+            unroll::<NTILES>(|nt| {
+                if nt % 2 == 0 {
+                    let b = ldmatrix_x4_trans((v_stage ^ ((nt as u32 / 2) << 5)) + ks as u32 * 16 * row_bytes);
+                    o[nt] = Q::mma(pa[ks], [b[0], b[1]], o[nt]);
+                    o[nt + 1] = Q::mma(pa[ks], [b[2], b[3]], o[nt + 1]);
+                }
+            });
+        });
     }
-    // Every copy has landed and every warp is done with the stages (the short-item merge reuses
-    // them; the next item of a fallback block refills them).
+    // Every copy has landed and every warp is done with the stages (the next item of a fallback
+    // block refills them).
     wait_all();
     sync_threads();
 
@@ -489,48 +539,18 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         let (r, h) = (mr / group, g * group + mr % group);
         ptr.out.add(((r0 + r) as usize * nq + h as usize) * D)
     };
-    if short {
-        // The four warps saw different keys of the same rows: merge them (softmax-weighted).
-        store_warp_state::<NTILES>(smem, D, warp as usize, 0, &m, &l, &o);
-        sync_threads();
-        let stride = 2 + D;
-        let mut idx = tid as usize;
-        while idx < MMA_HEADS_PER_BLOCK as usize * D {
-            let (mr, dim) = ((idx / D) as u32, idx % D);
-            if mr / group < rc {
-                let mut m_all = f32::NEG_INFINITY;
-                unroll::<4>(|w| {
-                    m_all = max_f32(m_all, *smem.add((w * MMA_HEADS_PER_BLOCK as usize + mr as usize) * stride))
-                });
-                let (mut l_all, mut o_all) = (0.0f32, 0.0f32);
-                if m_all != f32::NEG_INFINITY {
-                    unroll::<4>(|w| {
-                        let state = smem.add((w * MMA_HEADS_PER_BLOCK as usize + mr as usize) * stride);
-                        if *state != f32::NEG_INFINITY {
-                            let scale = exp2_approx((*state - m_all) * LOG2_E);
-                            l_all += *state.add(1) * scale;
-                            o_all += *state.add(2 + dim) * scale;
-                        }
-                    });
-                }
-                *out_row(mr).add(dim) = Q::from_f32(if l_all > 0.0 { o_all / l_all } else { 0.0 });
-            }
-            idx += TILE_THREADS as usize;
+    // Each warp owns its rows: normalize and write them.
+    unroll::<2>(|ri| {
+        let sum = quad_sum(l[ri]);
+        if m_rows[ri] / group < rc {
+            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+            let row = out_row(m_rows[ri]);
+            unroll::<NTILES>(|nt| {
+                let dim = nt * 8 + 2 * cq;
+                *(row.add(dim) as *mut u32) = Q::pack2(o[nt][2 * ri] * inv, o[nt][2 * ri + 1] * inv);
+            });
         }
-    } else {
-        // Each warp owns its rows: normalize and write them.
-        unroll::<2>(|ri| {
-            let sum = quad_sum(l[ri]);
-            if m_rows[ri] / group < rc {
-                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-                let row = out_row(m_rows[ri]);
-                unroll::<NTILES>(|nt| {
-                    let dim = nt * 8 + 2 * cq;
-                    *(row.add(dim) as *mut u32) = Q::pack2(o[nt][2 * ri] * inv, o[nt][2 * ri + 1] * inv);
-                });
-            }
-        });
-    }
+    });
     sync_threads();
 }
 

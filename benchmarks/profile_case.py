@@ -1,0 +1,41 @@
+"""Runs our torch op on one paged-attention case a few times, for a profiler (Nsight Compute,
+compute-sanitizer) to wrap: the same inputs as benchmarks/peers.py (G1 geometry unless told).
+
+    ncu --kernel-name regex:rpa_tile --launch-skip 1 --launch-count 1 \\
+        python3 benchmarks/profile_case.py --seqs 8192x8192 --calls 3
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqs", required=True, help="q_len x kv_len [* count], comma separated: 2048x2048,1x4096*64")
+    ap.add_argument("--geometry", default="G1", choices=list(peers.GEOMETRIES))
+    ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--kernel", default="auto", help="XGK_RPA_KERNEL for the calls")
+    args = ap.parse_args()
+    seqs = []
+    for part in args.seqs.split(","):
+        shape, _, count = part.partition("*")
+        q, kv = (int(x) for x in shape.split("x"))
+        seqs += [(q, kv)] * int(count or 1)
+    case = peers.Case(f"profile {args.seqs}", args.geometry, seqs)
+    inp = peers.Inputs(case, seed=0)
+    peers.Ours(args.kernel).select()  # also imports our torch op
+    for _ in range(args.calls):
+        torch.ops.xla_gpu.paged_attention(inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs,
+                                          sm_scale=inp.sm_scale, sliding_window=inp.window, soft_cap=inp.soft_cap)
+    torch.cuda.synchronize()
+    print(f"{args.calls} calls of {case.name} done")
+
+
+if __name__ == "__main__":
+    main()
