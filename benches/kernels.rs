@@ -16,7 +16,7 @@ use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::dtype::TensorRef;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, run_cpu, Attributes, DeviceBuffers, KernelChoice, PagedAttention,
+    launch_cuda_with, run_cpu, Attributes, DeviceBuffers, KernelChoice, PagedAttention, Workspace,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
@@ -74,6 +74,7 @@ impl Metadata {
             cu_q_lens: dptr(&self.cu_q_lens, stream),
             num_seqs: dptr(&self.num_seqs, stream),
             out: dptr(out, stream),
+            workspace: Workspace::Allocate,
         }
     }
 }

@@ -18,11 +18,12 @@ if [ "${XGK_SANITIZE:-1}" = 1 ]; then
   # Every tool over the invalid-metadata cases (all kernels) and the pipelined kernel's short
   # cases (every variant): small enough for racecheck.
   for tool in memcheck racecheck synccheck initcheck; do
-    step "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata small_cases
+    step "$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/bin/gpu --include-ignored --test-threads=1 invalid_metadata small_cases workspace_modes
   done
 fi
 step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py
 step torch python3 -m pytest -q -s tests/python/test_torch.py tests/python/test_examples.py
 [ "${XGK_BENCH:-1}" = 1 ] && step bench .gpu/bin/kernels --bench --noplot
+[ "${XGK_BENCH:-1}" = 1 ] && step host_overhead .gpu/bin/host_overhead --bench --noplot
 cat "$OUT/device.txt"; grep -h "worst\|cases\|passed" "$OUT"/rust_gpu.log "$OUT"/jax_gpu.log | sort -u | head -40
 printf '%s\n' "${summary[@]}"

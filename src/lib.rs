@@ -12,7 +12,7 @@
 //! | `xla_gpu_paged_attention_cuda`, `xla_gpu_paged_attention_host` | typed XLA FFI | same |
 //! | `XlaGpuSimpleAdd` | legacy, HLO api_version 1 (no status) | `register_ffi_target(..., api_version=0)` / torch_xla |
 //! | `XlaGpuSimpleAddStatus`, `XlaGpuPagedAttention` | legacy, HLO api_version 2 (status) | same |
-//! | `xgk_simple_add`, `xgk_paged_attention`, `xgk_version` | plain C (torch ops via ctypes) | — |
+//! | `xgk_simple_add`, `xgk_paged_attention`, `xgk_paged_attention_workspace_bytes`, `xgk_launch_count`, `xgk_version` | plain C (torch ops and the JAX front end via ctypes) | — |
 
 use std::ffi::{c_char, c_void};
 
@@ -140,18 +140,48 @@ pub unsafe extern "C" fn xgk_simple_add(
 }
 
 /// C API: ragged paged attention; tensors `[q, kv_pages, kv_lens, page_indices, cu_q_lens,
-/// num_seqs, out]`. Returns 0, or 1 (invalid argument) / 2 (other failure) with a message in `err`.
+/// num_seqs, out]`; `workspace` a device buffer of `workspace_bytes` bytes (see
+/// `xgk_paged_attention_workspace_bytes`), or `workspace_bytes` = `SIZE_MAX` for driver-pool
+/// scratch per call. Returns 0, or 1 (invalid
+/// argument) / 2 (other failure) with a message in `err`.
 ///
 /// # Safety
 /// See `host::capi::paged_attention`.
 #[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn xgk_paged_attention(
     platform: i32,
     stream: *mut c_void,
     tensors: *const XgkTensor,
     attrs: *const XgkPagedAttentionAttrs,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
     err: *mut c_char,
     err_len: usize,
 ) -> i32 {
-    host::capi::paged_attention(&KERNELS, platform, stream as _, tensors, attrs, err, err_len)
+    host::capi::paged_attention(&KERNELS, platform, stream as _, tensors, attrs, workspace, workspace_bytes, err, err_len)
+}
+
+/// C API: the workspace bytes a paged attention call of these shapes needs on CUDA device
+/// `device` (-1: CPU, none), written to `*bytes`. Data pointers of `tensors` are not read.
+///
+/// # Safety
+/// See `host::capi::paged_attention_workspace_bytes`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xgk_paged_attention_workspace_bytes(
+    device: i32,
+    tensors: *const XgkTensor,
+    attrs: *const XgkPagedAttentionAttrs,
+    bytes: *mut u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    host::capi::paged_attention_workspace_bytes(&KERNELS, device, tensors, attrs, bytes, err, err_len)
+}
+
+/// Kernels enqueued by the library so far in this process (a diagnostic: calls replayed from a
+/// CUDA graph or an XLA command buffer launch nothing through the library).
+#[unsafe(no_mangle)]
+pub extern "C" fn xgk_launch_count() -> u64 {
+    host::runtime::launch_count()
 }

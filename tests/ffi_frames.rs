@@ -26,7 +26,18 @@ fn metadata_probe_reports_api_version_0_1_and_touches_nothing_else() {
         assert!(err.is_null());
         assert_eq!((md.api_version.major_version, md.api_version.minor_version), (0, 1));
         assert_eq!(md.api_version.struct_size, 24);
-        assert_eq!(md.traits, 0);
+    }
+    // The CUDA handlers are capture-safe (no allocation, no host reads, launches fixed by the
+    // static shapes): XLA may record them into command buffers. Host handlers declare nothing.
+    for (handler, traits) in [
+        (xla_gpu_simple_add_host as unsafe extern "C" fn(_) -> _, 0),
+        (xla_gpu_paged_attention_host, 0),
+        (xla_gpu_simple_add_cuda, 1),
+        (xla_gpu_paged_attention_cuda, 1),
+    ] {
+        let (mut frame, _ext, md) = probe_frame(std::ptr::null());
+        assert!(unsafe { handler(&mut *frame) }.is_null());
+        assert_eq!(md.traits, traits);
     }
 }
 
@@ -132,7 +143,8 @@ fn pa_frame(case: &mut Case, out: &mut [u8]) -> FrameBuilder {
         .arg(DType::S32, &table, p(&mut case.page_indices))
         .arg(DType::S32, &cu, p(&mut case.cu_q_lens))
         .arg(DType::S32, &[1], p(&mut num_seqs))
-        .ret(case.q_dtype, &qd, ptr(out));
+        .ret(case.q_dtype, &qd, ptr(out))
+        .ret(DType::U8, &[0], std::ptr::null_mut()); // the workspace (the Host handler needs none)
     std::mem::forget(num_seqs); // lives as long as the test
     fb
 }
@@ -180,7 +192,41 @@ fn paged_attention_rejects_bad_attributes_and_shapes() {
     let mut bad_q = vec![0u8; 64];
     let mut fb = FrameBuilder::new().arg(DType::S32, &[4, 2, 2], ptr(&mut bad_q));
     let (_, msg) = unsafe { take_error(xla_gpu_paged_attention_host(fb.frame())) }.unwrap();
-    assert!(msg.contains("expected 6 operands and 1 result(s)"), "{msg}");
+    assert!(msg.contains("expected 6 operands and 2 result(s)"), "{msg}");
+    // The second result must be the u8[N] workspace.
+    let mut ws = vec![0u8; 16];
+    let mut fb = pa_frame(&mut case, &mut out);
+    fb = fb.ret(DType::U8, &[16], ptr(&mut ws));
+    let (_, msg) = unsafe { take_error(xla_gpu_paged_attention_host(fb.frame())) }.unwrap();
+    assert!(msg.contains("expected 6 operands and 2 result(s), got 6 and 3"), "{msg}");
+}
+
+#[test]
+fn paged_attention_workspace_result_must_be_u8_vector() {
+    let mut rng = StdRng::from_entropy();
+    let mut case = random_case(&mut rng, DType::F16, DType::F16, 64, 1, 4, 4, &[(2, 9)], 0);
+    let (qd, kvd) = (case.q_dims(), case.kv_dims());
+    let mut out = vec![0u8; case.out_bytes()];
+    let mut ws = vec![0u8; 64];
+    for (dtype, dims) in [(DType::F32, vec![16i64]), (DType::U8, vec![4, 16])] {
+        let mut num_seqs = vec![case.num_seqs];
+        let mut fb = FrameBuilder::new()
+            .arg(case.q_dtype, &qd, ptr(&mut case.q))
+            .arg(case.kv_dtype, &kvd, ptr(&mut case.kv))
+            .arg(DType::S32, &[case.max_num_seqs as i64], case.kv_lens.as_mut_ptr() as *mut c_void)
+            .arg(
+                DType::S32,
+                &[case.max_num_seqs as i64, case.pages_per_seq as i64],
+                case.page_indices.as_mut_ptr() as *mut c_void,
+            )
+            .arg(DType::S32, &[case.max_num_seqs as i64 + 1], case.cu_q_lens.as_mut_ptr() as *mut c_void)
+            .arg(DType::S32, &[1], num_seqs.as_mut_ptr() as *mut c_void)
+            .ret(case.q_dtype, &qd, ptr(&mut out))
+            .ret(dtype, &dims, ptr(&mut ws));
+        let (code, msg) = unsafe { take_error(xla_gpu_paged_attention_host(fb.frame())) }.expect("an error");
+        assert_eq!(code, 3);
+        assert!(msg.contains("result 1 must be the u8[N] workspace"), "{msg}");
+    }
 }
 
 /// The message of a failed `XlaCustomCallStatus` (libstdc++ `std::optional<std::string>`), or

@@ -12,7 +12,8 @@ use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, pipelined_applies, tensor_core_applies, tiled_applies, DeviceBuffers, KernelChoice,
+    launch_cuda_with, pipelined_applies, tensor_core_applies, tiled_applies, workspace_bytes_with, DeviceBuffers,
+    KernelChoice, Workspace,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::DType;
@@ -92,8 +93,26 @@ fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     k
 }
 
-/// Runs the kernel on a NaN-poisoned output; returns the output bytes.
+/// Where a test call's temporary memory comes from.
+#[derive(Clone, Copy, Debug)]
+enum WorkspaceMode {
+    /// The driver's pool, per call.
+    Allocate,
+    /// A poisoned buffer of exactly `workspace_bytes_with` bytes (what XLA and torch pass).
+    Exact,
+    /// A buffer of this fraction (in percent) of the exact size: the launch must shrink its
+    /// splits (or leave the tiled kernel) and still be right.
+    Percent(usize),
+}
+
+/// Runs the kernel on a NaN-poisoned output with a workspace sized as XLA sizes it; returns the
+/// output bytes.
 fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u8> {
+    run_gpu_with(stream, case, kernel, WorkspaceMode::Exact)
+}
+
+/// [`run_gpu`] with the workspace from `mode`.
+fn run_gpu_with(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice, mode: WorkspaceMode) -> Vec<u8> {
     let q = Dev::from(stream, &case.q);
     let kv = Dev::from(stream, &case.kv);
     let kv_lens = Dev::from(stream, &case.kv_lens);
@@ -109,6 +128,18 @@ fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u
         cu_q_lens: cu.ptr(stream),
         num_seqs: ns.ptr(stream),
         out: out.ptr(stream),
+        workspace: Workspace::Allocate,
+    };
+    let exact = workspace_bytes_with(&KERNELS, 0, &case.spec(), kernel).unwrap();
+    let bytes = match mode {
+        WorkspaceMode::Allocate => 0,
+        WorkspaceMode::Exact => exact,
+        WorkspaceMode::Percent(p) => exact * p / 100,
+    };
+    let ws = Dev::from(stream, &vec![0xFFu8; bytes.max(1)]);
+    let bufs = match mode {
+        WorkspaceMode::Allocate => bufs,
+        _ => DeviceBuffers { workspace: Workspace::Given { ptr: ws.ptr(stream) as u64, bytes }, ..bufs },
     };
     unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &case.spec(), bufs, kernel) }.unwrap();
     stream.synchronize().unwrap();
@@ -415,4 +446,40 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
         }
     }
     println!("{} invalid-metadata cases stayed in bounds and matched the CPU", cases.len());
+}
+
+/// Every source of temporary memory gives the same, right answer: the driver's pool, a workspace
+/// of exactly `workspace_bytes` (what XLA and torch pass), and workspaces too small for the chosen
+/// splits or plan (a workspace sized for another device), down to none at all.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn paged_attention_workspace_modes_agree() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let cases = [
+        // decode at batch 1 over a long context: many splits
+        random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 9000)], 1),
+        // prefill + decode: the tiled kernel's plan
+        random_case(&mut rng, DType::F16, DType::F16, 64, 1, 8, 16, &[(40, 300), (1, 5000), (7, 7)], 2),
+        // f32: the general kernel's splits
+        random_case(&mut rng, DType::F32, DType::F32, 96, 2, 2, 8, &[(1, 3000), (2, 700)], 0),
+    ];
+    let mut runs = 0;
+    for case in &cases {
+        let cpu = case.cpu_output();
+        for kernel in [KernelChoice::Auto].into_iter().chain(kernels_for(case)) {
+            let exact = workspace_bytes_with(&KERNELS, 0, &case.spec(), kernel).unwrap();
+            let modes: Vec<WorkspaceMode> = if kernel == KernelChoice::Tiled {
+                vec![WorkspaceMode::Allocate, WorkspaceMode::Exact] // an explicit Tiled needs its plan
+            } else {
+                vec![WorkspaceMode::Allocate, WorkspaceMode::Exact, WorkspaceMode::Percent(40), WorkspaceMode::Percent(0)]
+            };
+            for mode in modes {
+                let label = format!("{kernel:?} {mode:?} (exact {exact} bytes) {:?}", &case.kv_lens);
+                compare(case, &run_gpu_with(&stream, case, kernel, mode), &cpu, &label);
+                runs += 1;
+            }
+        }
+    }
+    println!("{runs} workspace-mode runs passed");
 }

@@ -8,7 +8,7 @@ use cudarc::driver::sys::CUstream;
 
 use crate::dtype::{DType, TensorRef};
 use crate::error::{Error, Result};
-use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention};
+use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention, Workspace};
 use crate::ops::simple_add::SimpleAdd;
 use crate::runtime::KernelModule;
 use crate::xla::handlers::{run_paged_attention_cpu, run_simple_add_cpu};
@@ -100,34 +100,56 @@ pub unsafe fn simple_add(
     })
 }
 
-/// Ragged paged attention on CPU or on `stream`. `tensors` = `[q, kv_pages, kv_lens,
-/// page_indices, cu_q_lens, num_seqs, out]`.
+/// Validates the 7 paged attention descriptors and attributes into the op (data not read).
 ///
 /// # Safety
-/// As [`simple_add`], with 7 descriptors and `attrs` readable.
+/// `tensors` points at 7 descriptors with readable dims; `attrs` is readable.
+unsafe fn paged_attention_op<'a>(
+    tensors: *const XgkTensor,
+    attrs: *const XgkPagedAttentionAttrs,
+) -> Result<(PagedAttention, Vec<TensorRef<'a>>)> {
+    if tensors.is_null() || attrs.is_null() {
+        return Err(Error::invalid("paged_attention: tensors and attrs must not be null"));
+    }
+    let t: Vec<TensorRef> = std::slice::from_raw_parts(tensors, 7).iter().map(|x| tensor(x)).collect();
+    let a = &*attrs;
+    let attrs = Attributes {
+        sm_scale: a.sm_scale,
+        sliding_window: (a.has_sliding_window != 0)
+            .then(|| Attributes::sliding_window_from_i64(a.sliding_window))
+            .transpose()?,
+        soft_cap: (a.has_soft_cap != 0).then_some(a.soft_cap),
+        mask_value: (a.has_mask_value != 0).then_some(a.mask_value),
+        k_scale: (a.has_k_scale != 0).then_some(a.k_scale),
+        v_scale: (a.has_v_scale != 0).then_some(a.v_scale),
+    };
+    let op = PagedAttention::from_tensors(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], attrs)?;
+    Ok((op, t))
+}
+
+/// Ragged paged attention on CPU or on `stream`. `tensors` = `[q, kv_pages, kv_lens,
+/// page_indices, cu_q_lens, num_seqs, out]`. `workspace`: a device buffer of `workspace_bytes`
+/// bytes, sized by [`paged_attention_workspace_bytes`] (null with 0 bytes when that is 0), or
+/// `workspace_bytes` = [`ALLOCATE_WORKSPACE`] to take temporary memory from the driver's pool per
+/// call (not safe to record into a CUDA graph that is nested in another).
+///
+/// # Safety
+/// As [`simple_add`], with 7 descriptors and `attrs` readable; a non-null `workspace` is a device
+/// allocation of at least `workspace_bytes` bytes in the stream's context.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn paged_attention(
     kernels: &KernelModule,
     platform: i32,
     stream: CUstream,
     tensors: *const XgkTensor,
     attrs: *const XgkPagedAttentionAttrs,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
     err: *mut c_char,
     err_len: usize,
 ) -> i32 {
     c_call(err, err_len, || {
-        let t: Vec<TensorRef> = std::slice::from_raw_parts(tensors, 7).iter().map(|x| tensor(x)).collect();
-        let a = &*attrs;
-        let attrs = Attributes {
-            sm_scale: a.sm_scale,
-            sliding_window: (a.has_sliding_window != 0)
-                .then(|| Attributes::sliding_window_from_i64(a.sliding_window))
-                .transpose()?,
-            soft_cap: (a.has_soft_cap != 0).then_some(a.soft_cap),
-            mask_value: (a.has_mask_value != 0).then_some(a.mask_value),
-            k_scale: (a.has_k_scale != 0).then_some(a.k_scale),
-            v_scale: (a.has_v_scale != 0).then_some(a.v_scale),
-        };
-        let op = PagedAttention::from_tensors(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], attrs)?;
+        let (op, t) = paged_attention_op(tensors, attrs)?;
         let ptrs = [t[0].data, t[1].data, t[2].data, t[3].data, t[4].data, t[5].data, t[6].data];
         match platform {
             PLATFORM_CUDA => paged_attention::launch_cuda(
@@ -142,10 +164,43 @@ pub unsafe fn paged_attention(
                     cu_q_lens: ptrs[4],
                     num_seqs: ptrs[5],
                     out: ptrs[6],
+                    workspace: if workspace_bytes == ALLOCATE_WORKSPACE {
+                        Workspace::Allocate
+                    } else {
+                        Workspace::Given { ptr: workspace as u64, bytes: workspace_bytes }
+                    },
                 },
             ),
             PLATFORM_CPU => run_paged_attention_cpu(&op, ptrs),
             other => Err(Error::invalid(format!("unknown platform {other}"))),
         }
+    })
+}
+
+/// `workspace_bytes` value asking [`paged_attention`] to allocate its temporary memory itself.
+pub const ALLOCATE_WORKSPACE: usize = usize::MAX;
+
+/// Writes to `*bytes` the workspace a paged attention call of these shapes needs on CUDA device
+/// `device` (an ordinal; -1: the CPU, which needs none). Descriptors' data may be null.
+///
+/// # Safety
+/// As [`paged_attention`] for `tensors` and `attrs`; `bytes` is writable.
+pub unsafe fn paged_attention_workspace_bytes(
+    kernels: &KernelModule,
+    device: i32,
+    tensors: *const XgkTensor,
+    attrs: *const XgkPagedAttentionAttrs,
+    bytes: *mut u64,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    c_call(err, err_len, || {
+        let (op, _) = paged_attention_op(tensors, attrs)?;
+        let n = if device < 0 { 0 } else { paged_attention::workspace_bytes(kernels, device, &op)? };
+        if bytes.is_null() {
+            return Err(Error::invalid("bytes must not be null"));
+        }
+        *bytes = n as u64;
+        Ok(())
     })
 }

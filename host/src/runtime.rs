@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::result as cu;
@@ -85,6 +86,31 @@ impl KernelModule {
     pub unsafe fn for_stream(&self, stream: CUstream) -> Result<Arc<ContextModule>> {
         ensure_driver()?;
         let context = stream_context(stream)?;
+        // SAFETY: the context owns a live stream, so it is live.
+        unsafe { self.for_context(context) }
+    }
+
+    /// The module loaded in the primary context of CUDA device `ordinal` (the context XLA and
+    /// torch run their streams in), retaining that context and loading the module on first use.
+    /// For host-side queries made before any launch (workspace sizes), so the launches that
+    /// follow, possibly under stream capture, find the module loaded.
+    pub fn for_device(&self, ordinal: i32) -> Result<Arc<ContextModule>> {
+        ensure_driver()?;
+        let device = cu::device::get(ordinal).map_err(|e| Error::cuda("cuDeviceGet", e))?;
+        let mut context: CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; `device` came from the driver. The retain is never
+        // released: the primary context then lives as long as the process, like XLA's and
+        // torch's own retains, and the cached module stays valid.
+        unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) }
+            .result()
+            .map_err(|e| Error::cuda("cuDevicePrimaryCtxRetain", e))?;
+        // SAFETY: retained above.
+        unsafe { self.for_context(context) }
+    }
+
+    /// # Safety
+    /// `context` must be a live context.
+    unsafe fn for_context(&self, context: CUcontext) -> Result<Arc<ContextModule>> {
         let mut id = 0u64;
         // SAFETY: out-pointer to a local; `context` is live (it owns the stream).
         unsafe { sys::cuCtxGetId(context, &mut id) }.result().map_err(|e| Error::cuda("cuCtxGetId", e))?;
@@ -197,7 +223,9 @@ impl ContextModule {
         let f = self.function_with_shared(kernel, cfg.shared_bytes)?;
         let _guard = ContextGuard::push(self.context)?;
         cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
-            .map_err(|e| Error::cuda("cuLaunchKernel", e))
+            .map_err(|e| Error::cuda("cuLaunchKernel", e))?;
+        LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Stream-ordered scratch memory (`cuMemAllocAsync`), freed by [`Scratch::free`] on the same
@@ -212,6 +240,16 @@ impl ContextModule {
         let ptr = unsafe { cu::malloc_async(stream, bytes.max(1)) }.map_err(|e| Error::cuda("cuMemAllocAsync", e))?;
         Ok(Scratch { ptr, stream, context: self.context })
     }
+}
+
+/// Kernels this process has enqueued through the library (every context, every stream).
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+/// How many kernels the library has enqueued so far in this process. A diagnostic: a call
+/// replayed from a CUDA graph (an XLA command buffer, a `torch.cuda.CUDAGraph`) launches nothing
+/// through the library, so the count shows whether calls run eagerly or from a graph.
+pub fn launch_count() -> u64 {
+    LAUNCHES.load(Ordering::Relaxed)
 }
 
 /// Device memory from [`ContextModule::alloc_scratch`].

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _contract
+from . import _capi, _contract
 from ._library import load_library
 
 SIMPLE_ADD = "xla_gpu_simple_add"
@@ -130,4 +130,26 @@ def ragged_paged_attention(
     for name, value in (("soft_cap", soft_cap), ("mask_value", mask_value), ("k_scale", k_scale), ("v_scale", v_scale)):
         if value is not None:
             attrs[name] = np.float32(value)
-    return jax.ffi.ffi_call(PAGED_ATTENTION, out, vmap_method="sequential")(*operands, **attrs)
+    signature = _capi.paged_attention_signature(q.shape, q.dtype, kv_pages.shape, kv_pages.dtype, kv_lens.shape[0],
+                                                page_indices.shape[1])
+    c_attrs = _capi.attrs(sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
+    workspace = jax.ShapeDtypeStruct((workspace_bytes(signature, c_attrs),), jnp.uint8)
+    result, _ = jax.ffi.ffi_call(PAGED_ATTENTION, (out, workspace), vmap_method="sequential")(*operands, **attrs)
+    return result
+
+
+def _gpu_ordinals() -> tuple[int, ...]:
+    """CUDA ordinals of this process's GPUs as JAX sees them (none without a CUDA backend)."""
+    try:
+        devices = jax.local_devices(backend="gpu")
+    except RuntimeError:
+        return ()
+    return tuple(sorted({d.local_hardware_id for d in devices if getattr(d, "platform", "") == "gpu"}))
+
+
+def workspace_bytes(signature, c_attrs) -> int:
+    """Size of the typed call's second result, the workspace XLA allocates for it (split-KV
+    partials, the tiled kernel's plan): the library's need for these static shapes on the largest
+    of this process's GPUs (0 with no GPU; the Host handler needs none). Taking the memory from
+    XLA keeps the call free of allocations, so XLA can record it into command buffers."""
+    return max((_capi.paged_attention_workspace_bytes(o, signature, c_attrs) for o in _gpu_ordinals()), default=0)

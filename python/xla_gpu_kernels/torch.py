@@ -12,71 +12,53 @@ Implementations (``torch.library``):
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
-from ._library import load_library
+from . import _capi
 
-_TORCH_TO_XLA = {
-    torch.float32: 11, torch.float16: 10, torch.bfloat16: 16, torch.float8_e4m3fn: 20, torch.float8_e5m2: 19,
-    torch.int32: 4, torch.int64: 5, torch.int8: 2, torch.uint8: 6, torch.float64: 12, torch.bool: 1,
-}
-_CPU, _CUDA = 0, 1
+_TORCH_TO_XLA = {dtype: _capi.XLA_DTYPE[str(dtype).removeprefix("torch.")] for dtype in (
+    torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.int32, torch.int64,
+    torch.int8, torch.uint8, torch.float64, torch.bool)}
+_CPU_DEVICE = torch.device("cpu")
 
-
-class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int64),
-                ("dims", ctypes.POINTER(ctypes.c_int64))]
-
-
-class _Attrs(ctypes.Structure):
-    _fields_ = [("sm_scale", ctypes.c_float), ("has_sliding_window", ctypes.c_int32), ("sliding_window", ctypes.c_int64),
-                ("has_soft_cap", ctypes.c_int32), ("soft_cap", ctypes.c_float), ("has_mask_value", ctypes.c_int32),
-                ("mask_value", ctypes.c_float), ("has_k_scale", ctypes.c_int32), ("k_scale", ctypes.c_float),
-                ("has_v_scale", ctypes.c_int32), ("v_scale", ctypes.c_float)]
+try:  # torch's current CUDA stream of a device as an int, without building a Stream object
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover - older torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
 
 
-def _describe(tensors):
-    descs = (_Tensor * len(tensors))()
-    keep = []
-    for i, t in enumerate(tensors):
-        if t.dtype not in _TORCH_TO_XLA:
-            raise ValueError(f"unsupported dtype {t.dtype}")
-        dims = (ctypes.c_int64 * t.dim())(*t.shape)
-        keep.append(dims)
-        descs[i] = _Tensor(t.data_ptr(), _TORCH_TO_XLA[t.dtype], t.dim(), dims)
-    return descs, keep
+def _code(t: torch.Tensor) -> int:
+    code = _TORCH_TO_XLA.get(t.dtype)
+    if code is None:
+        raise ValueError(f"unsupported dtype {t.dtype}")
+    return code
 
 
-def _platform(tensors):
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
-    device = devices.pop()
+def _where(tensors):
+    """(platform, stream, device index) of tensors that must share one device."""
+    device = tensors[0].device
+    for t in tensors:
+        if t.device != device:
+            raise ValueError(f"all tensors must be on one device, got {sorted({str(x.device) for x in tensors})}")
     if device.type == "cuda":
-        return _CUDA, torch.cuda.current_stream(device).cuda_stream, device
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        # The library launches in the context of the stream it is given, so no device guard is
+        # needed: torch's current stream of the tensors' device names it.
+        return _capi.PLATFORM_CUDA, _raw_stream(index), index
     if device.type == "cpu":
-        return _CPU, 0, device
+        return _capi.PLATFORM_CPU, 0, -1
     raise ValueError(f"no implementation for device {device}")
-
-
-def _check(code: int, err) -> None:
-    if code == 1:
-        raise ValueError(err.value.decode())
-    if code != 0:
-        raise RuntimeError(err.value.decode())
 
 
 def _run_simple_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a, b = a.contiguous(), b.contiguous()
     out = torch.empty_like(a)
-    platform, stream, device = _platform([a, b, out])
-    descs, _keep = _describe([a, b, out])
-    err = ctypes.create_string_buffer(1024)
-    lib = load_library()
-    with torch.cuda.device(device) if platform == _CUDA else _nullcontext():
-        _check(lib.xgk_simple_add(platform, ctypes.c_void_p(stream), descs, err, len(err)), err)
+    platform, stream, _ = _where((a, b, out))
+    descs = _capi.descriptors(((_code(a), tuple(a.shape)), (_code(b), tuple(b.shape)), (_code(out), tuple(out.shape))))
+    descs[0].data, descs[1].data, descs[2].data = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    err = _capi.error_buffer()
+    _capi.check(_capi.library().xgk_simple_add(platform, stream, descs, err, _capi.ERR_LEN), err)
     return out
 
 
@@ -84,28 +66,26 @@ def _run_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs
                          soft_cap=None, mask_value=None, k_scale=None, v_scale=None):
     inputs = [t.contiguous() for t in (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs)]
     out = torch.empty_like(inputs[0])
-    platform, stream, device = _platform(inputs + [out])
-    descs, _keep = _describe(inputs + [out])
-    attrs = _Attrs(sm_scale=sm_scale)
-    if sliding_window is not None:
-        attrs.has_sliding_window, attrs.sliding_window = 1, sliding_window
-    for name, value in (("soft_cap", soft_cap), ("mask_value", mask_value), ("k_scale", k_scale), ("v_scale", v_scale)):
-        if value is not None:
-            setattr(attrs, "has_" + name, 1)
-            setattr(attrs, name, value)
-    err = ctypes.create_string_buffer(1024)
-    lib = load_library()
-    with torch.cuda.device(device) if platform == _CUDA else _nullcontext():
-        _check(lib.xgk_paged_attention(platform, ctypes.c_void_p(stream), descs, ctypes.byref(attrs), err, len(err)), err)
+    platform, stream, index = _where(inputs + [out])
+    signature = tuple((_code(t), tuple(t.shape)) for t in inputs) + ((_code(out), tuple(out.shape)),)
+    attrs = _capi.attrs(sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
+    descs = _capi.descriptors(signature)
+    for i, t in enumerate(inputs):
+        descs[i].data = t.data_ptr()
+    descs[6].data = out.data_ptr()
+    err = _capi.error_buffer()
+    workspace, nbytes = None, 0
+    if platform == _capi.PLATFORM_CUDA:
+        # Temporary memory from torch's caching allocator (so under CUDA-graph capture, from the
+        # graph's pool), never from the driver's: sized once per shape by the library.
+        nbytes = _capi.paged_attention_workspace_bytes(index, signature, attrs)
+        if nbytes:
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=out.device)
+    lib = _capi.library()
+    code = lib.xgk_paged_attention(platform, stream, descs, attrs, workspace.data_ptr() if workspace is not None else None,
+                                   nbytes, err, _capi.ERR_LEN)
+    _capi.check(code, err)
     return out
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 torch.library.define("xla_gpu::simple_add", "(Tensor a, Tensor b) -> Tensor")

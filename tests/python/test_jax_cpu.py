@@ -91,7 +91,12 @@ def test_paged_attention_errors_are_readable():
     with pytest.raises(ValueError, match="kv_lens must be int32"):
         xk.ragged_paged_attention(q, kv, args[2].astype(jnp.int64) if jax.config.jax_enable_x64 else args[2].astype(jnp.float32), *args[3:])
     # The library's own checks, reached without the Python front end.
-    call = jax.ffi.ffi_call(xk.PAGED_ATTENTION, jax.ShapeDtypeStruct(q.shape, q.dtype))
+    out = jax.ShapeDtypeStruct(q.shape, q.dtype)
+    call = jax.ffi.ffi_call(xk.PAGED_ATTENTION, (out, jax.ShapeDtypeStruct((0,), jnp.uint8)))
+    with pytest.raises(Exception, match="expected 6 operands and 2 result"):
+        jax.block_until_ready(jax.ffi.ffi_call(xk.PAGED_ATTENTION, out)(*args))
+    with pytest.raises(Exception, match="result 1 must be the u8"):
+        jax.block_until_ready(jax.ffi.ffi_call(xk.PAGED_ATTENTION, (out, out))(*args))
     with pytest.raises(Exception, match="sliding_window must be > 0, got -3"):
         jax.block_until_ready(call(*args, sliding_window=-3))
     with pytest.raises(Exception, match="unknown attribute 'window'"):

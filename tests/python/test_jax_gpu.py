@@ -84,3 +84,32 @@ def ref_on_gpu(dev, attrs):
 def test_report_worst_errors():
     for k, v in sorted(WORST.items()):
         print(f"worst |ours - ref| on GPU {k}: {v:.3e}")
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_command_buffers_replay_our_calls(mode, tmp_path):
+    """A jitted multi-layer step (attention + simple_add per layer) with XLA command buffers on is
+    replayed from the recorded graph: the library launches nothing on repeated steps. Off, every
+    step launches. Results agree with each other and follow new metadata (child process: XLA_FLAGS
+    must be set before JAX starts)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    flags = {"on": "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1",
+             "off": "--xla_gpu_enable_command_buffer="}[mode]
+    out = str(tmp_path / f"{mode}.json")
+    env = dict(os.environ, XLA_FLAGS=flags, XGK_CMDBUF_LAYERS="4", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    p = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "overhead.py"), "--child-cmdbuf", mode, out],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.load(open(out))
+    outputs = np.load(out + ".npz")
+    assert np.array_equal(outputs["out1"], outputs["out1_again"])
+    assert not np.array_equal(outputs["out1"], outputs["out2"])
+    if mode == "on":
+        assert r["launches_per_step"] == 0, r
+    else:
+        assert r["launches_per_step"] >= 2 * 4, r
+    print(f"command buffers {mode}: {r['launches_per_step']} launches per step, step {r['step_sync_us']:.0f} us")

@@ -149,3 +149,63 @@ def test_paged_attention_replays_in_a_cuda_graph_with_new_metadata(kv_len):
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(out, op(), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_torch_compile_reduce_overhead_runs_our_ops_on_cuda():
+    """`torch.compile(mode="reduce-overhead")` (CUDA graphs via cudagraph trees) over a function
+    calling both ops: same results as eager, also after new metadata values."""
+    torch.manual_seed(1)
+    seqs, pages_per_seq = 4, 40
+    q = torch.rand(seqs, 8, 128, device="cuda", dtype=torch.bfloat16) - 0.5
+    kv = torch.rand(seqs * pages_per_seq, 16, 4, 128, device="cuda", dtype=torch.bfloat16) - 0.5
+    table = torch.randperm(kv.shape[0], device="cuda").int().reshape(seqs, pages_per_seq)
+    cu = torch.arange(seqs + 1, dtype=torch.int32, device="cuda")
+    num_seqs = torch.tensor([seqs], dtype=torch.int32, device="cuda")
+
+    def step(q, kv, kv_lens, table, cu, num_seqs):
+        a = torch.ops.xla_gpu.paged_attention(q, kv, kv_lens, table, cu, num_seqs, sm_scale=0.088)
+        return torch.ops.xla_gpu.simple_add(a, q)
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for lens in ([600, 17, 300, 640], [1, 640, 333, 90], [600, 17, 300, 640]):
+        kv_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        for _ in range(3):  # warm-up, record, replay
+            got = compiled(q, kv, kv_lens, table, cu, num_seqs).clone()
+        torch.testing.assert_close(got, step(q, kv, kv_lens, table, cu, num_seqs), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_calls_from_threads_on_their_own_streams():
+    """Descriptor caches are per thread: concurrent calls of one shape on several streams give
+    the results of single-threaded calls."""
+    import threading
+    torch.manual_seed(2)
+    q = torch.rand(3, 8, 64, device="cuda", dtype=torch.float16) - 0.5
+    kv = torch.rand(60, 16, 4, 64, device="cuda", dtype=torch.float16) - 0.5
+    table = torch.randperm(60, device="cuda").int().reshape(3, 20)
+    cu = torch.arange(4, dtype=torch.int32, device="cuda")
+    ns = torch.tensor([3], dtype=torch.int32, device="cuda")
+    lens = [torch.tensor([n, 2 * n, 3 * n], dtype=torch.int32, device="cuda") for n in range(1, 9)]
+    want = [torch.ops.xla_gpu.paged_attention(q, kv, kl, table, cu, ns) for kl in lens]
+    got, errors = [None] * len(lens), []
+
+    def work(i):
+        try:
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                for _ in range(50):
+                    out = torch.ops.xla_gpu.paged_attention(q, kv, lens[i], table, cu, ns)
+            s.synchronize()
+            got[i] = out
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(lens))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

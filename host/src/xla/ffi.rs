@@ -386,12 +386,31 @@ pub unsafe fn create_error(api: *const Api, code: ErrorCode, message: &str) -> *
     create(&mut args)
 }
 
-/// The body of every exported FFI handler: answers the metadata probe, ignores stages other than
-/// execute, runs `body` with panics caught, and turns errors into `XLA_FFI_Error`s.
+/// `XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE`: XLA may record the call into a command
+/// buffer (a CUDA graph), running it by stream capture once and replaying the recorded launches.
+pub const TRAIT_COMMAND_BUFFER_COMPATIBLE: u32 = 1;
+
+/// [`handle_with_traits`] with no traits.
+///
+/// # Safety
+/// As [`handle_with_traits`].
+pub unsafe fn handle(frame: *mut CallFrame, body: impl FnOnce(&Call) -> Result<()>) -> *mut FfiError {
+    handle_with_traits(frame, 0, body)
+}
+
+/// The body of every exported FFI handler: answers the metadata probe with `traits`, ignores
+/// stages other than execute, runs `body` with panics caught, and turns errors into
+/// `XLA_FFI_Error`s. Declare [`TRAIT_COMMAND_BUFFER_COMPATIBLE`] only for a body that is safe to
+/// capture: it enqueues the same work for the same static shapes, never syncs or reads device data
+/// on the host, and allocates nothing.
 ///
 /// # Safety
 /// `frame` must be null or a call frame from XLA, valid for the duration of the call.
-pub unsafe fn handle(frame: *mut CallFrame, body: impl FnOnce(&Call) -> Result<()>) -> *mut FfiError {
+pub unsafe fn handle_with_traits(
+    frame: *mut CallFrame,
+    traits: u32,
+    body: impl FnOnce(&Call) -> Result<()>,
+) -> *mut FfiError {
     if frame.is_null() {
         return std::ptr::null_mut();
     }
@@ -404,8 +423,7 @@ pub unsafe fn handle(frame: *mut CallFrame, body: impl FnOnce(&Call) -> Result<(
             (*md).api_version.extension_start = std::ptr::null_mut();
             (*md).api_version.major_version = 0;
             (*md).api_version.minor_version = 1;
-            // Not COMMAND_BUFFER_COMPATIBLE: launches depend on the device (split-KV sizing).
-            (*md).traits = 0;
+            (*md).traits = traits;
         }
         return std::ptr::null_mut();
     }
@@ -502,6 +520,13 @@ pub mod testing {
         Box::into_raw(Box::new((((*args).errc), msg))) as *mut FfiError
     }
 
+    /// A fake `Stream_Get`: the stream is whatever the frame's `ctx` holds (see
+    /// [`FrameBuilder::stream`]).
+    unsafe extern "C" fn fake_stream_get(args: *mut StreamGetArgs) -> *mut FfiError {
+        (*args).stream = (*args).ctx;
+        std::ptr::null_mut()
+    }
+
     /// Reads back an error made by the fake `Error_Create` (code, message).
     ///
     /// # Safety
@@ -573,6 +598,13 @@ pub mod testing {
             self.dims.push(d);
             self.buffers.push(b);
             p
+        }
+
+        /// Hands handlers `stream` through `XLA_FFI_Stream_Get`, as XLA hands them its stream.
+        pub fn stream(mut self, stream: *mut c_void) -> Self {
+            self.api.stream_get = Some(fake_stream_get);
+            self.frame.ctx = stream;
+            self
         }
 
         pub fn arg(mut self, dtype: DType, dims: &[i64], data: *mut c_void) -> Self {

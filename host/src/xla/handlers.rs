@@ -11,7 +11,7 @@ use super::ffi::{self, Call, FfiError};
 use super::legacy::{self, Opaque};
 use crate::dtype::{DType, TensorRef};
 use crate::error::{Error, Result};
-use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention};
+use crate::ops::paged_attention::{self, Attributes, DeviceBuffers, PagedAttention, Workspace};
 use crate::ops::simple_add::SimpleAdd;
 use crate::runtime::KernelModule;
 
@@ -31,7 +31,8 @@ fn simple_add_from_call<'a>(call: &Call<'a>) -> Result<(SimpleAdd, [TensorRef<'a
 /// # Safety
 /// `frame` must come from XLA (see [`ffi::handle`]).
 pub unsafe fn simple_add_cuda(kernels: &KernelModule, frame: *mut ffi::CallFrame) -> *mut FfiError {
-    ffi::handle(frame, |call| {
+    // Capture-safe: one launch sized from the static shape, no allocation, no host reads.
+    ffi::handle_with_traits(frame, ffi::TRAIT_COMMAND_BUFFER_COMPATIBLE, |call| {
         let (op, [a, b, out]) = simple_add_from_call(call)?;
         let stream = call.stream()? as CUstream;
         op.launch_cuda(kernels, stream, a.data, b.data, out.data)
@@ -85,8 +86,14 @@ pub unsafe fn simple_add_legacy(
     })
 }
 
-fn paged_attention_from_call<'a>(call: &Call<'a>) -> Result<(PagedAttention, [TensorRef<'a>; 7])> {
-    call.expect_arity("paged_attention", 6, 1)?;
+/// Results of the typed `xla_gpu_paged_attention`: the output, then a `u8[N]` workspace that XLA
+/// allocates with the other buffers (split-KV partials, the tiled kernel's plan), sized by
+/// `xgk_paged_attention_workspace_bytes` from the static shapes. Taking it from XLA rather than
+/// the driver keeps the call free of allocations, so it can be recorded into command buffers.
+const PAGED_ATTENTION_RESULTS: usize = 2;
+
+fn paged_attention_from_call<'a>(call: &Call<'a>) -> Result<(PagedAttention, [TensorRef<'a>; 7], Workspace)> {
+    call.expect_arity("paged_attention", 6, PAGED_ATTENTION_RESULTS)?;
     call.only_attributes("paged_attention", &PAGED_ATTENTION_ATTRIBUTES)?;
     let attrs = Attributes {
         sm_scale: call.attr_f32("sm_scale")?.unwrap_or(1.0),
@@ -98,10 +105,18 @@ fn paged_attention_from_call<'a>(call: &Call<'a>) -> Result<(PagedAttention, [Te
     };
     let t = [call.arg(0)?, call.arg(1)?, call.arg(2)?, call.arg(3)?, call.arg(4)?, call.arg(5)?, call.ret(0)?];
     let op = PagedAttention::from_tensors(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], attrs)?;
-    Ok((op, t))
+    let ws = call.ret(1)?;
+    if ws.dtype != DType::U8 || ws.dims.len() != 1 || ws.dims[0] < 0 {
+        return Err(Error::invalid(format!(
+            "paged_attention: result 1 must be the u8[N] workspace, got {} with dims {:?}",
+            ws.dtype, ws.dims
+        )));
+    }
+    let workspace = Workspace::Given { ptr: ws.data as u64, bytes: ws.dims[0] as usize };
+    Ok((op, t, workspace))
 }
 
-fn device_buffers(t: &[*mut c_void; 7]) -> DeviceBuffers {
+fn device_buffers(t: &[*mut c_void; 7], workspace: Workspace) -> DeviceBuffers {
     DeviceBuffers {
         q: t[0],
         kv_pages: t[1],
@@ -110,6 +125,7 @@ fn device_buffers(t: &[*mut c_void; 7]) -> DeviceBuffers {
         cu_q_lens: t[4],
         num_seqs: t[5],
         out: t[6],
+        workspace,
     }
 }
 
@@ -118,10 +134,12 @@ fn device_buffers(t: &[*mut c_void; 7]) -> DeviceBuffers {
 /// # Safety
 /// `frame` must come from XLA (see [`ffi::handle`]).
 pub unsafe fn paged_attention_cuda(kernels: &KernelModule, frame: *mut ffi::CallFrame) -> *mut FfiError {
-    ffi::handle(frame, |call| {
-        let (op, t) = paged_attention_from_call(call)?;
+    // Capture-safe: the launches depend on the static shapes and the stream's device only, the
+    // temporary memory is XLA's workspace result, and nothing reads device data on the host.
+    ffi::handle_with_traits(frame, ffi::TRAIT_COMMAND_BUFFER_COMPATIBLE, |call| {
+        let (op, t, workspace) = paged_attention_from_call(call)?;
         let stream = call.stream()? as CUstream;
-        paged_attention::launch_cuda(kernels, stream, &op, device_buffers(&t.map(|x| x.data)))
+        paged_attention::launch_cuda(kernels, stream, &op, device_buffers(&t.map(|x| x.data), workspace))
     })
 }
 
@@ -131,7 +149,7 @@ pub unsafe fn paged_attention_cuda(kernels: &KernelModule, frame: *mut ffi::Call
 /// `frame` must come from XLA (see [`ffi::handle`]).
 pub unsafe fn paged_attention_host(frame: *mut ffi::CallFrame) -> *mut FfiError {
     ffi::handle(frame, |call| {
-        let (op, t) = paged_attention_from_call(call)?;
+        let (op, t, _workspace) = paged_attention_from_call(call)?;
         run_paged_attention_cpu(&op, t.map(|x| x.data))
     })
 }
@@ -223,7 +241,8 @@ pub unsafe fn paged_attention_legacy(
     legacy_call(status, || {
         let op = paged_attention_from_opaque(opaque_bytes(opaque, opaque_len))?;
         let t = legacy_buffers::<7>(buffers)?;
-        paged_attention::launch_cuda(kernels, stream, &op, device_buffers(&t))
+        // Legacy calls are never recorded into command buffers: driver-pool scratch is safe here.
+        paged_attention::launch_cuda(kernels, stream, &op, device_buffers(&t, Workspace::Allocate))
     })
 }
 

@@ -17,7 +17,7 @@ use crate::dtype::DType;
 use crate::ensure;
 use crate::error::Result;
 use crate::ops::aligned;
-use crate::runtime::{KernelArgs, KernelModule, LaunchConfig, Stream};
+use crate::runtime::{ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream};
 
 /// Device pointers of one call, in the contract's order, plus the output.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +29,8 @@ pub struct DeviceBuffers {
     pub cu_q_lens: *const c_void,
     pub num_seqs: *const c_void,
     pub out: *mut c_void,
+    /// Temporary memory of the call (see [`Workspace`]).
+    pub workspace: Workspace,
 }
 
 /// Fewest keys a split should hold: below this the merge costs more than the parallelism gains.
@@ -221,48 +223,68 @@ fn intern(name: String) -> &'static str {
     leaked
 }
 
-/// Enqueues the op on `stream` (one kernel, or two with a split-KV merge).
-///
-/// # Safety
-/// Every pointer in `bufs` must be a device allocation in the stream's context holding the
-/// shape and dtype `spec` was validated against.
-pub unsafe fn launch_cuda(
-    kernels: &KernelModule,
-    stream: Stream,
-    spec: &PagedAttention,
-    bufs: DeviceBuffers,
-) -> Result<()> {
-    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::from_env()?)
+/// Where a call's temporary device memory (split-KV partials, the tiled kernel's plan) comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Workspace {
+    /// From the driver's stream-ordered pool (`cuMemAllocAsync`), freed on the stream after the
+    /// call: for callers that cannot pass a buffer (legacy custom calls, tests). Under stream
+    /// capture this records memory nodes, which XLA cannot nest in its command buffers.
+    #[default]
+    Allocate,
+    /// A buffer of `bytes` bytes the caller owns (XLA's workspace result, a torch tensor), sized by
+    /// [`workspace_bytes`]; nothing is allocated. Smaller than the call needs is not an error:
+    /// split-KV kernels then use fewer splits, the tiled kernel gives way to the pipelined one.
+    Given { ptr: u64, bytes: usize },
 }
 
-/// [`launch_cuda`] with an explicit kernel choice (tests and benchmarks compare both kernels).
-///
-/// # Safety
-/// As [`launch_cuda`].
-pub unsafe fn launch_cuda_with(
-    kernels: &KernelModule,
-    stream: Stream,
-    spec: &PagedAttention,
-    bufs: DeviceBuffers,
-    choice: KernelChoice,
-) -> Result<()> {
-    for (name, p) in [("q", bufs.q), ("kv_pages", bufs.kv_pages), ("out", bufs.out as *const c_void)] {
-        ensure!(aligned(p, 16), "{name} must be 16-byte aligned on the device");
+/// One call's launch, decided from static shapes and the device (never from device data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LaunchPlan {
+    /// `rpa_plan`, then one block per (plan item, KV head).
+    Tiled { rows: u32, capacity: u64 },
+    /// One block per (row, head chunk, split), plus the merge when `splits > 1`.
+    Direct { kernel: KernelChoice, threads: u32, shared_bytes: u32, grid_y: u32, splits: u32, split_len: u32 },
+}
+
+impl LaunchPlan {
+    /// The kernels the launch enqueues, with their dynamic shared memory.
+    fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
+        match *self {
+            LaunchPlan::Tiled { .. } => vec![
+                ("rpa_plan", PLAN_SHARED_BYTES),
+                (kernel_name(spec, KernelChoice::Tiled), tiled_shared_bytes(spec.head_dim)),
+            ],
+            LaunchPlan::Direct { kernel, shared_bytes, splits, .. } => {
+                let mut v = vec![(kernel_name(spec, kernel), shared_bytes)];
+                if splits > 1 {
+                    v.push((combine_kernel(spec), 0));
+                }
+                v
+            }
+        }
     }
-    for (name, p) in [
-        ("kv_lens", bufs.kv_lens),
-        ("page_indices", bufs.page_indices),
-        ("cu_q_lens", bufs.cu_q_lens),
-        ("num_seqs", bufs.num_seqs),
-    ] {
-        ensure!(aligned(p, 4), "{name} must be 4-byte aligned on the device");
+
+    /// Bytes of temporary device memory the launch needs.
+    fn scratch_bytes(&self, spec: &PagedAttention) -> usize {
+        match *self {
+            LaunchPlan::Tiled { capacity, .. } => plan_bytes(capacity) as usize,
+            LaunchPlan::Direct { splits, .. } => split_scratch_bytes(spec, splits),
+        }
     }
-    if spec.max_tokens == 0 {
-        return Ok(());
+}
+
+/// Bytes of the split-KV partials: an f32 output row and a log-sum-exp per (split, row, q head).
+fn split_scratch_bytes(spec: &PagedAttention, splits: u32) -> usize {
+    if splits <= 1 {
+        return 0;
     }
-    let module = kernels.for_stream(stream)?;
-    let cc = module.compute_capability;
-    let kernel = match choice {
+    splits as usize * spec.max_tokens as usize * spec.num_q_heads as usize * (spec.head_dim as usize + 1) * 4
+}
+
+/// The kernel `choice` resolves to for `spec` on a device of compute capability `cc`; an error
+/// when an explicitly chosen kernel does not apply.
+fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Result<KernelChoice> {
+    Ok(match choice {
         KernelChoice::Auto if tiled_preferred(spec, cc) => KernelChoice::Tiled,
         KernelChoice::Auto if pipelined_applies(spec, cc) => KernelChoice::Pipelined,
         KernelChoice::Auto if tensor_core_applies(spec, cc) => KernelChoice::TensorCore,
@@ -289,11 +311,40 @@ pub unsafe fn launch_cuda_with(
             KernelChoice::Tiled
         }
         KernelChoice::General => KernelChoice::General,
-    };
+    })
+}
+
+/// Decides the launch. `limit`: the bytes of a caller-given workspace (`None`: memory is
+/// allocated to fit); splits shrink to fit it, and an Auto-chosen tiled kernel whose plan does not
+/// fit gives way to the next kernel.
+fn plan_launch(
+    module: &ContextModule,
+    spec: &PagedAttention,
+    choice: KernelChoice,
+    limit: Option<usize>,
+) -> Result<LaunchPlan> {
+    let cc = module.compute_capability;
+    let mut kernel = resolve_kernel(spec, cc, choice)?;
     if kernel == KernelChoice::Tiled {
-        return launch_tiled(&module, stream, spec, bufs);
+        let rows = tile_rows(spec.num_q_heads / spec.num_kv_heads);
+        let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
+        ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
+        ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
+        let plan = LaunchPlan::Tiled { rows, capacity };
+        match limit {
+            Some(bytes) if plan.scratch_bytes(spec) > bytes => {
+                ensure!(
+                    choice == KernelChoice::Auto,
+                    "the workspace ({bytes} bytes) is smaller than the tiled kernel's plan ({} bytes)",
+                    plan.scratch_bytes(spec)
+                );
+                kernel = resolve_kernel(spec, cc, KernelChoice::Pipelined).or_else(|_| {
+                    resolve_kernel(spec, cc, KernelChoice::TensorCore).or(Ok::<_, crate::Error>(KernelChoice::General))
+                })?;
+            }
+            _ => return Ok(plan),
+        }
     }
-    let name = kernel_name(spec, kernel);
     let group = spec.num_q_heads / spec.num_kv_heads;
     let (heads_per_block, threads, shared_bytes) = match kernel {
         KernelChoice::Pipelined => {
@@ -308,31 +359,155 @@ pub unsafe fn launch_cuda_with(
     let grid_y = spec.num_kv_heads * chunks;
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
-    let (num_splits, split_len) = if kernel == KernelChoice::Pipelined {
+    let max_keys = spec.max_visited_keys();
+    let (mut splits, mut split_len) = if kernel == KernelChoice::Pipelined {
+        let name = kernel_name(spec, kernel);
         let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
-        choose_splits_by_waves(blocks_per_split, spec.max_visited_keys(), slots)
+        choose_splits_by_waves(blocks_per_split, max_keys, slots)
     } else {
-        choose_splits(blocks_per_split, spec.max_visited_keys(), module.multiprocessors)
+        choose_splits(blocks_per_split, max_keys, module.multiprocessors)
     };
-    let mut params = spec.kernel_params(num_splits, split_len);
-    params.copy_hint = copy_hint_from_env();
-    let grid = (spec.max_tokens, grid_y, num_splits);
-
-    let scratch = if num_splits > 1 {
-        let rows = num_splits as usize * spec.max_tokens as usize * spec.num_q_heads as usize;
-        let bytes = rows * (spec.head_dim as usize + 1) * 4;
-        Some(module.alloc_scratch(stream, bytes)?)
-    } else {
-        None
-    };
-    let (part_o, part_lse) = match &scratch {
-        Some(s) => {
-            let rows = num_splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
-            (s.ptr(), s.ptr() + rows * spec.head_dim as u64 * 4)
+    if let Some(bytes) = limit {
+        if split_scratch_bytes(spec, splits) > bytes {
+            // Fewer, longer splits: as many as the workspace holds, in whole tiles.
+            let fit = (bytes / split_scratch_bytes(spec, 2).div_ceil(2).max(1)) as u32;
+            let granule = if kernel == KernelChoice::Pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
+            split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
+            splits = max_keys.max(1).div_ceil(split_len);
+            if split_scratch_bytes(spec, splits) > bytes {
+                (splits, split_len) = (1, max_keys.max(1).next_multiple_of(granule));
+            }
         }
-        None => (0, 0),
-    };
+    }
+    Ok(LaunchPlan::Direct { kernel, threads, shared_bytes, grid_y, splits, split_len })
+}
 
+/// Bytes of workspace a call of `spec` needs on CUDA device `ordinal` with the kernel choice of
+/// [`KERNEL_ENV_VAR`]: what [`Workspace::Given`] should hold. Loads the module into the device's
+/// primary context (so a later launch under stream capture finds it loaded). Zero when the call
+/// needs no temporary memory.
+pub fn workspace_bytes(kernels: &KernelModule, ordinal: i32, spec: &PagedAttention) -> Result<usize> {
+    workspace_bytes_with(kernels, ordinal, spec, KernelChoice::from_env()?)
+}
+
+/// [`workspace_bytes`] with an explicit kernel choice.
+pub fn workspace_bytes_with(
+    kernels: &KernelModule,
+    ordinal: i32,
+    spec: &PagedAttention,
+    choice: KernelChoice,
+) -> Result<usize> {
+    if spec.max_tokens == 0 {
+        return Ok(0);
+    }
+    let module = kernels.for_device(ordinal)?;
+    let plan = plan_launch(&module, spec, choice, None)?;
+    // Look the kernels up now too, so a launch under stream capture makes no first-use calls.
+    for (name, shared_bytes) in plan.kernels(spec) {
+        module.function_with_shared(name, shared_bytes)?;
+    }
+    Ok(plan.scratch_bytes(spec))
+}
+
+/// Enqueues the op on `stream` (one kernel, or two with a split-KV merge or the tiled plan).
+///
+/// # Safety
+/// Every pointer in `bufs` must be a device allocation in the stream's context holding the
+/// shape and dtype `spec` was validated against (a given workspace: at least its `bytes`).
+pub unsafe fn launch_cuda(
+    kernels: &KernelModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+) -> Result<()> {
+    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::from_env()?)
+}
+
+/// [`launch_cuda`] with an explicit kernel choice (tests and benchmarks compare the kernels).
+///
+/// # Safety
+/// As [`launch_cuda`].
+pub unsafe fn launch_cuda_with(
+    kernels: &KernelModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+    choice: KernelChoice,
+) -> Result<()> {
+    for (name, p) in [("q", bufs.q), ("kv_pages", bufs.kv_pages), ("out", bufs.out as *const c_void)] {
+        ensure!(aligned(p, 16), "{name} must be 16-byte aligned on the device");
+    }
+    for (name, p) in [
+        ("kv_lens", bufs.kv_lens),
+        ("page_indices", bufs.page_indices),
+        ("cu_q_lens", bufs.cu_q_lens),
+        ("num_seqs", bufs.num_seqs),
+    ] {
+        ensure!(aligned(p, 4), "{name} must be 4-byte aligned on the device");
+    }
+    let limit = match bufs.workspace {
+        Workspace::Allocate => None,
+        Workspace::Given { ptr, bytes } => {
+            ensure!(bytes == 0 || ptr % 16 == 0, "the workspace must be 16-byte aligned on the device");
+            Some(if ptr == 0 { 0 } else { bytes })
+        }
+    };
+    if spec.max_tokens == 0 {
+        return Ok(());
+    }
+    let module = kernels.for_stream(stream)?;
+    let plan = plan_launch(&module, spec, choice, limit)?;
+    let needed = plan.scratch_bytes(spec);
+    let (scratch, owned) = match bufs.workspace {
+        _ if needed == 0 => (0, None),
+        Workspace::Given { ptr, .. } => (ptr, None),
+        Workspace::Allocate => {
+            let s = module.alloc_scratch(stream, needed)?;
+            (s.ptr(), Some(s))
+        }
+    };
+    let launched = match plan {
+        LaunchPlan::Tiled { rows, capacity } => launch_tiled(&module, stream, spec, bufs, scratch, rows, capacity),
+        LaunchPlan::Direct { kernel, threads, shared_bytes, grid_y, splits, split_len } => {
+            let launch = DirectLaunch { kernel, threads, shared_bytes, grid_y, splits, split_len };
+            launch_direct(&module, stream, spec, bufs, scratch, launch)
+        }
+    };
+    // Free even when a launch failed, so an error does not leak device memory.
+    let freed = owned.map_or(Ok(()), |s| s.free());
+    launched.and(freed)
+}
+
+/// The fields of [`LaunchPlan::Direct`].
+struct DirectLaunch {
+    kernel: KernelChoice,
+    threads: u32,
+    shared_bytes: u32,
+    grid_y: u32,
+    splits: u32,
+    split_len: u32,
+}
+
+/// One block per (row, head chunk, split); with splits, the merge kernel after it.
+///
+/// # Safety
+/// As [`launch_cuda`]; `scratch` holds the plan's scratch bytes when it splits.
+unsafe fn launch_direct(
+    module: &ContextModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+    scratch: u64,
+    l: DirectLaunch,
+) -> Result<()> {
+    let mut params = spec.kernel_params(l.splits, l.split_len);
+    params.copy_hint = copy_hint_from_env();
+    let (part_o, part_lse) = if l.splits > 1 {
+        let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
+        (scratch, scratch + rows * spec.head_dim as u64 * 4)
+    } else {
+        (0, 0)
+    };
     let mut args = KernelArgs::new();
     args.push(bufs.q)
         .push(bufs.kv_pages)
@@ -344,75 +519,69 @@ pub unsafe fn launch_cuda_with(
         .push(part_o)
         .push(part_lse)
         .push(params);
-    let cfg = LaunchConfig { grid, block: (threads, 1, 1), shared_bytes };
-    let launched = module.launch(stream, name, cfg, &mut args.pointers());
-    let combined = launched.and_then(|()| {
-        if num_splits <= 1 {
-            return Ok(());
-        }
-        let mut args = KernelArgs::new();
-        args.push(part_o).push(part_lse).push(bufs.out).push(params);
-        let cfg =
-            LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
-        let name = match spec.q_dtype {
-            DType::F32 => "rpa_combine_f32",
-            DType::F16 => "rpa_combine_f16",
-            _ => "rpa_combine_bf16",
-        };
-        module.launch(stream, name, cfg, &mut args.pointers())
-    });
-    // Free even when a launch failed, so an error does not leak device memory.
-    let freed = scratch.map_or(Ok(()), |s| s.free());
-    combined.and(freed)
+    let cfg = LaunchConfig {
+        grid: (spec.max_tokens, l.grid_y, l.splits),
+        block: (l.threads, 1, 1),
+        shared_bytes: l.shared_bytes,
+    };
+    module.launch(stream, kernel_name(spec, l.kernel), cfg, &mut args.pointers())?;
+    if l.splits <= 1 {
+        return Ok(());
+    }
+    let mut args = KernelArgs::new();
+    args.push(part_o).push(part_lse).push(bufs.out).push(params);
+    let cfg = LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
+    module.launch(stream, combine_kernel(spec), cfg, &mut args.pointers())
+}
+
+/// The split-KV merge kernel for q's dtype.
+fn combine_kernel(spec: &PagedAttention) -> &'static str {
+    match spec.q_dtype {
+        DType::F32 => "rpa_combine_f32",
+        DType::F16 => "rpa_combine_f16",
+        _ => "rpa_combine_bf16",
+    }
 }
 
 /// The tiled kernel: [`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan) writes
-/// the work items into scratch, then one block per (item, KV head) runs.
+/// the work items into `plan` (scratch), then one block per (item, KV head) runs.
 ///
 /// # Safety
-/// As [`launch_cuda`].
+/// As [`launch_cuda`]; `plan` holds `plan_bytes(capacity)` bytes.
 unsafe fn launch_tiled(
-    module: &crate::runtime::ContextModule,
+    module: &ContextModule,
     stream: Stream,
     spec: &PagedAttention,
     bufs: DeviceBuffers,
+    plan: u64,
+    rows: u32,
+    capacity: u64,
 ) -> Result<()> {
-    let group = spec.num_q_heads / spec.num_kv_heads;
-    let rows = tile_rows(group);
-    let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
-    ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
-    ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.copy_hint = copy_hint_from_env();
     params.tile_rows = rows;
     params.plan_capacity = capacity as u32;
-    let plan = module.alloc_scratch(stream, plan_bytes(capacity) as usize)?;
 
     let mut args = KernelArgs::new();
-    args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan.ptr()).push(params);
+    args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
-    let planned = module.launch(stream, "rpa_plan", cfg, &mut args.pointers());
-    let launched = planned.and_then(|()| {
-        let mut args = KernelArgs::new();
-        args.push(bufs.q)
-            .push(bufs.kv_pages)
-            .push(bufs.kv_lens)
-            .push(bufs.page_indices)
-            .push(bufs.cu_q_lens)
-            .push(bufs.num_seqs)
-            .push(plan.ptr())
-            .push(bufs.out)
-            .push(params);
-        let cfg = LaunchConfig {
-            grid: (capacity as u32, spec.num_kv_heads, 1),
-            block: (TILE_THREADS, 1, 1),
-            shared_bytes: tiled_shared_bytes(spec.head_dim),
-        };
-        module.launch(stream, kernel_name(spec, KernelChoice::Tiled), cfg, &mut args.pointers())
-    });
-    // Free even when a launch failed, so an error does not leak device memory.
-    let freed = plan.free();
-    launched.and(freed)
+    module.launch(stream, "rpa_plan", cfg, &mut args.pointers())?;
+    let mut args = KernelArgs::new();
+    args.push(bufs.q)
+        .push(bufs.kv_pages)
+        .push(bufs.kv_lens)
+        .push(bufs.page_indices)
+        .push(bufs.cu_q_lens)
+        .push(bufs.num_seqs)
+        .push(plan)
+        .push(bufs.out)
+        .push(params);
+    let cfg = LaunchConfig {
+        grid: (capacity as u32, spec.num_kv_heads, 1),
+        block: (TILE_THREADS, 1, 1),
+        shared_bytes: tiled_shared_bytes(spec.head_dim),
+    };
+    module.launch(stream, kernel_name(spec, KernelChoice::Tiled), cfg, &mut args.pointers())
 }
 
 #[cfg(test)]

@@ -1,0 +1,229 @@
+//! Criterion benchmarks of the library's own host cost per call: decoding XLA's call frame (or the
+//! C API's descriptors), validation, module lookup and the launches; what every layer of a decode
+//! step pays on the host before the GPU runs anything. The budget is 5 µs per call.
+//!
+//! - `host_overhead/ffi_decode_validate`: the Host handler on an empty batch (no rows): call-frame
+//!   decoding and validation only. Runs anywhere (CI).
+//! - `host_overhead/ffi_cuda/<case>` and `host_overhead/capi_cuda/<case>` (GPU only): the CUDA
+//!   handler / the C API end to end on a real stream, with XLA's workspace. Timed on the host over
+//!   bursts of 256 calls; the stream is drained between bursts, untimed, so the GPU never backs
+//!   up into the host's timing (the kernels themselves are timed by `benches/kernels.rs`).
+//!
+//! `cargo bench --bench host_overhead`.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use xla_gpu_kernels::host::capi::{XgkPagedAttentionAttrs, XgkTensor};
+use xla_gpu_kernels::host::ops::paged_attention::{workspace_bytes_with, Attributes, KernelChoice, PagedAttention};
+use xla_gpu_kernels::host::xla::ffi::testing::{take_error, FrameBuilder};
+use xla_gpu_kernels::host::{dtype::TensorRef, DType};
+use xla_gpu_kernels::*;
+
+const HEADS: i64 = 32;
+const KV_HEADS: i64 = 8;
+const DIM: i64 = 128;
+const PAGE: i64 = 16;
+/// Calls per timed burst: well under the driver's launch queue depth.
+const BURST: u64 = 256;
+
+/// Shapes of one call: rows, sequences, pages per sequence, pool pages.
+#[derive(Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    rows: i64,
+    seqs: i64,
+    pages_per_seq: i64,
+    pool_pages: i64,
+}
+
+impl Shape {
+    fn dims(&self) -> [Vec<i64>; 7] {
+        let q = vec![self.rows, HEADS, DIM];
+        [
+            q.clone(),
+            vec![self.pool_pages, PAGE, 2 * KV_HEADS, DIM],
+            vec![self.seqs],
+            vec![self.seqs, self.pages_per_seq],
+            vec![self.seqs + 1],
+            vec![1],
+            q,
+        ]
+    }
+
+    fn spec(&self) -> PagedAttention {
+        let d = self.dims();
+        let dtypes = [DType::BF16, DType::BF16, DType::S32, DType::S32, DType::S32, DType::S32, DType::BF16];
+        let t: Vec<TensorRef> =
+            d.iter().zip(dtypes).map(|(dims, dtype)| TensorRef { data: std::ptr::null_mut(), dtype, dims }).collect();
+        PagedAttention::from_tensors(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], Attributes::default()).unwrap()
+    }
+}
+
+const SHAPES: [Shape; 3] = [
+    // one sequence, 128 keys: one kernel
+    Shape { name: "decode_1x128", rows: 1, seqs: 1, pages_per_seq: 8, pool_pages: 64 },
+    // one sequence, 32k keys: split-KV kernel + merge
+    Shape { name: "decode_1x32k", rows: 1, seqs: 1, pages_per_seq: 2048, pool_pages: 2048 },
+    // 64 sequences, 2k keys
+    Shape { name: "decode_64x2k", rows: 64, seqs: 64, pages_per_seq: 128, pool_pages: 8192 },
+];
+
+fn frame_for(shape: &Shape, ptrs: &[*mut c_void; 8], ws_bytes: i64, stream: *mut c_void) -> FrameBuilder {
+    let d = shape.dims();
+    FrameBuilder::new()
+        .stream(stream)
+        .arg(DType::BF16, &d[0], ptrs[0])
+        .arg(DType::BF16, &d[1], ptrs[1])
+        .arg(DType::S32, &d[2], ptrs[2])
+        .arg(DType::S32, &d[3], ptrs[3])
+        .arg(DType::S32, &d[4], ptrs[4])
+        .arg(DType::S32, &d[5], ptrs[5])
+        .ret(DType::BF16, &d[6], ptrs[6])
+        .ret(DType::U8, &[ws_bytes], ptrs[7])
+        .f32_attr("sm_scale", 0.088)
+}
+
+fn ffi_decode_validate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("host_overhead");
+    let empty = Shape { name: "empty", rows: 0, seqs: 64, pages_per_seq: 128, pool_pages: 64 };
+    // Host buffers of the right sizes (the handler reads the metadata; there are no rows).
+    let (_, kv_elems, _) = empty.spec().element_counts();
+    let mut kv = vec![0u16; kv_elems];
+    let mut kv_lens = vec![0i32; 64];
+    let mut table = vec![0i32; 64 * 128];
+    let mut cu = vec![0i32; 65];
+    let mut ns = vec![0i32; 1];
+    let mut q = vec![0u16; 1];
+    let mut ws = vec![0u8; 1];
+    let p = |v: *mut c_void| v;
+    let ptrs = [
+        p(q.as_mut_ptr().cast()),
+        p(kv.as_mut_ptr().cast()),
+        p(kv_lens.as_mut_ptr().cast()),
+        p(table.as_mut_ptr().cast()),
+        p(cu.as_mut_ptr().cast()),
+        p(ns.as_mut_ptr().cast()),
+        p(q.as_mut_ptr().cast()),
+        p(ws.as_mut_ptr().cast()),
+    ];
+    let mut fb = frame_for(&empty, &ptrs, 0, std::ptr::null_mut());
+    let frame = fb.frame();
+    g.bench_function("ffi_decode_validate", |b| {
+        b.iter(|| {
+            let err = unsafe { take_error(xla_gpu_paged_attention_host(frame)) };
+            assert!(err.is_none());
+        })
+    });
+    g.finish();
+}
+
+/// Host seconds of `iters` calls, in bursts with the stream drained (untimed) between them.
+fn time_bursts(stream: &Arc<CudaStream>, iters: u64, mut call: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BURST);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            call();
+        }
+        total += t0.elapsed();
+        stream.synchronize().unwrap();
+        left -= n;
+    }
+    total
+}
+
+fn cuda_calls(c: &mut Criterion) {
+    // SAFETY: probes for the driver library only.
+    if !unsafe { sys::is_culib_present() } {
+        eprintln!("host_overhead: no CUDA driver; only ffi_decode_validate runs");
+        return;
+    }
+    let Ok(ctx) = CudaContext::new(0) else {
+        eprintln!("host_overhead: no CUDA device; only ffi_decode_validate runs");
+        return;
+    };
+    let stream = ctx.new_stream().unwrap();
+    let mut g = c.benchmark_group("host_overhead");
+    g.measurement_time(Duration::from_secs(3));
+    for shape in SHAPES {
+        let spec = shape.spec();
+        let ws_bytes = workspace_bytes_with(&KERNELS, 0, &spec, KernelChoice::Auto).unwrap();
+        let (q_elems, kv_elems, _) = spec.element_counts();
+        let q: CudaSlice<u16> = stream.alloc_zeros(q_elems).unwrap();
+        let kv: CudaSlice<u16> = stream.alloc_zeros(kv_elems).unwrap();
+        let kv_lens = stream.clone_htod(&vec![(shape.pages_per_seq * PAGE) as i32; shape.seqs as usize]).unwrap();
+        let table: Vec<i32> = (0..shape.seqs * shape.pages_per_seq).map(|i| (i % shape.pool_pages) as i32).collect();
+        let table = stream.clone_htod(&table).unwrap();
+        let cu: Vec<i32> = (0..=shape.seqs as i32).map(|i| i.min(shape.rows as i32)).collect();
+        let cu = stream.clone_htod(&cu).unwrap();
+        let ns = stream.clone_htod(&[shape.seqs as i32]).unwrap();
+        let out: CudaSlice<u16> = stream.alloc_zeros(q_elems).unwrap();
+        let ws: CudaSlice<u8> = stream.alloc_zeros(ws_bytes.max(1)).unwrap();
+        let p = |v: u64| v as *mut c_void;
+        let ptrs = [
+            p(q.device_ptr(&stream).0),
+            p(kv.device_ptr(&stream).0),
+            p(kv_lens.device_ptr(&stream).0),
+            p(table.device_ptr(&stream).0),
+            p(cu.device_ptr(&stream).0),
+            p(ns.device_ptr(&stream).0),
+            p(out.device_ptr(&stream).0),
+            p(ws.device_ptr(&stream).0),
+        ];
+        let raw_stream = stream.cu_stream() as *mut c_void;
+
+        let mut fb = frame_for(&shape, &ptrs, ws_bytes as i64, raw_stream);
+        let frame = fb.frame();
+        g.bench_function(BenchmarkId::new("ffi_cuda", shape.name), |b| {
+            b.iter_custom(|iters| {
+                time_bursts(&stream, iters, || {
+                    let err = unsafe { take_error(xla_gpu_paged_attention_cuda(frame)) };
+                    assert!(err.is_none(), "{err:?}");
+                })
+            })
+        });
+
+        let dims = shape.dims();
+        let dtypes = [DType::BF16, DType::BF16, DType::S32, DType::S32, DType::S32, DType::S32, DType::BF16];
+        let descs: Vec<XgkTensor> = (0..7)
+            .map(|i| XgkTensor {
+                data: ptrs[i],
+                dtype: dtypes[i].to_xla(),
+                rank: dims[i].len() as i64,
+                dims: dims[i].as_ptr(),
+            })
+            .collect();
+        let attrs = XgkPagedAttentionAttrs { sm_scale: 0.088, ..Default::default() };
+        let mut err = [0 as std::ffi::c_char; 256];
+        g.bench_function(BenchmarkId::new("capi_cuda", shape.name), |b| {
+            b.iter_custom(|iters| {
+                time_bursts(&stream, iters, || {
+                    let code = unsafe {
+                        xgk_paged_attention(
+                            1,
+                            raw_stream,
+                            descs.as_ptr(),
+                            &attrs,
+                            ptrs[7],
+                            ws_bytes,
+                            err.as_mut_ptr(),
+                            err.len(),
+                        )
+                    };
+                    assert_eq!(code, 0);
+                })
+            })
+        });
+        stream.synchronize().unwrap();
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ffi_decode_validate, cuda_calls);
+criterion_main!(benches);
