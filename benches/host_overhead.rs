@@ -222,6 +222,20 @@ fn cuda_calls(c: &mut Criterion) {
         });
         stream.synchronize().unwrap();
     }
+
+    // The simplest launch the library makes (simple_add on 1024 floats: validation is trivial,
+    // one kernel), and the module lookup alone: what every call pays before its own logic.
+    let n = 1024usize;
+    let a: CudaSlice<f32> = stream.alloc_zeros(n).unwrap();
+    let out: CudaSlice<f32> = stream.alloc_zeros(n).unwrap();
+    let pa = a.device_ptr(&stream).0 as *const c_void;
+    let po = out.device_ptr(&stream).0 as *mut c_void;
+    let op = xla_gpu_kernels::host::ops::simple_add::SimpleAdd { dtype: DType::F32, len: n };
+    let raw_stream = stream.cu_stream();
+    g.bench_function("simple_add_launch_1024", |b| {
+        b.iter_custom(|iters| time_bursts(&stream, iters, || unsafe { op.launch_cuda(&KERNELS, raw_stream, pa, pa, po) }.unwrap()))
+    });
+    g.bench_function("module_for_stream", |b| b.iter(|| unsafe { KERNELS.for_stream(raw_stream) }.unwrap()));
     g.finish();
 }
 

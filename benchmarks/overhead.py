@@ -123,41 +123,68 @@ def part_torch(res):
           f"paged_attention tiny decode {attn:.1f} us")
 
 
-def part_sync(res):
+def jax_sync_child(out_path):
+    """JAX part of `sync`, in a child process (XLA_FLAGS as the parent set them)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
-    import torch
     import xla_gpu_kernels.jax as xk
-    import xla_gpu_kernels.torch  # noqa: F401
-    rows = []
-    x1 = torch.zeros(1, device="cuda")
-    trivial_torch, _ = with_sync_us(lambda: x1.add_(1), torch.cuda.synchronize)
     trivial_jit = jax.jit(lambda x: x + 1)
     j1 = jnp.zeros((1,), jnp.float32)
-    trivial_jax, _ = with_sync_us(lambda: trivial_jit(j1).block_until_ready(), lambda: None)
-    for batch, context in [(1, 32768), (64, 2048)]:
+    trivial, _ = with_sync_us(lambda: trivial_jit(j1).block_until_ready(), lambda: None)
+    rows = {"trivial_sync_us": trivial}
+    for batch, context in SYNC_CASES:
+        q, kv, kv_lens, table, cu, ns = decode_inputs(np, batch, context, pool_pages=max(batch * context // PAGE, 40000))
+        j = [jnp.asarray(x) for x in (q, kv, kv_lens, table, cu, ns)]
+        j[0], j[1] = j[0].astype(jnp.bfloat16), j[1].astype(jnp.bfloat16)
+        f = jax.jit(lambda *a: xk.ragged_paged_attention(*a, sm_scale=0.088))
+        call_sync, _ = with_sync_us(lambda: f(*j).block_until_ready(), lambda: None)
+        back, _ = host_us_per_call(lambda: f(*j), calls=200, rounds=5, sync=lambda: jax.block_until_ready(f(*j)))
+        rows[f"{batch}x{context}"] = {"call_sync_us": call_sync, "back_to_back_us": back}
+        del j
+    json.dump(rows, open(out_path, "w"))
+
+
+SYNC_CASES = [(1, 32768), (64, 2048)]
+
+
+def part_sync(res, tmp):
+    import numpy as np
+    import torch
+    import xla_gpu_kernels.torch  # noqa: F401
+    x1 = torch.zeros(1, device="cuda")
+    trivial_torch, _ = with_sync_us(lambda: x1.add_(1), torch.cuda.synchronize)
+    jax_runs = {}
+    for mode, flags in (("default", os.environ.get("XLA_FLAGS", "")), ("cmdbuf_off", CMDBUF_OFF)):
+        path = os.path.join(tmp, f"sync-{mode}.json")
+        p = subprocess.run([sys.executable, __file__, "--child-sync", "-", path], env=dict(os.environ, XLA_FLAGS=flags),
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            print(p.stderr[-4000:])
+            raise RuntimeError(f"JAX sync child ({mode}) failed")
+        jax_runs[mode] = json.load(open(path))
+    rows = []
+    for batch, context in SYNC_CASES:
+        case = f"{batch}x{context}"
         q, kv, kv_lens, table, cu, ns = decode_inputs(np, batch, context, pool_pages=max(batch * context // PAGE, 40000))
         t = [torch.from_numpy(x).cuda() for x in (q, kv, kv_lens, table, cu, ns)]
         t[0], t[1] = t[0].bfloat16(), t[1].bfloat16()
         call = lambda: torch.ops.xla_gpu.paged_attention(*t, sm_scale=0.088)  # noqa: E731
         kernel = torch_graph_us(torch, call)
         torch_sync, _ = with_sync_us(call, torch.cuda.synchronize)
-        j = [jnp.asarray(x) for x in (q, kv, kv_lens, table, cu, ns)]
-        j[0], j[1] = j[0].astype(jnp.bfloat16), j[1].astype(jnp.bfloat16)
-        f = jax.jit(lambda *a: xk.ragged_paged_attention(*a, sm_scale=0.088))
-        jax_sync, _ = with_sync_us(lambda: f(*j).block_until_ready(), lambda: None)
-        back_to_back, _ = host_us_per_call(lambda: f(*j), calls=200, rounds=5,
-                                           sync=lambda: jax.block_until_ready(f(*j)))
-        del t, j
-        row = {"case": f"{batch}x{context}", "kernel_us": kernel, "torch_call_sync_us": torch_sync,
-               "torch_trivial_sync_us": trivial_torch, "torch_budget_us": kernel + trivial_torch,
-               "jax_call_sync_us": jax_sync, "jax_trivial_sync_us": trivial_jax, "jax_budget_us": kernel + trivial_jax,
-               "jax_back_to_back_us": back_to_back}
+        del t
+        row = {"case": case, "kernel_us": kernel, "torch_call_sync_us": torch_sync,
+               "torch_trivial_sync_us": trivial_torch, "torch_budget_us": kernel + trivial_torch}
+        for mode, r in jax_runs.items():
+            row[f"jax_{mode}_call_sync_us"] = r[case]["call_sync_us"]
+            row[f"jax_{mode}_back_to_back_us"] = r[case]["back_to_back_us"]
+            row[f"jax_{mode}_trivial_sync_us"] = r["trivial_sync_us"]
+            row[f"jax_{mode}_budget_us"] = kernel + r["trivial_sync_us"]
         rows.append(row)
-        print(f"{row['case']:>9}: kernel {kernel:.1f} us | torch call+sync {torch_sync:.1f} (budget "
-              f"{kernel + trivial_torch:.1f}) | jax call+sync {jax_sync:.1f} (budget {kernel + trivial_jax:.1f}), "
-              f"back-to-back {back_to_back:.1f}")
+        print(f"{case:>9}: kernel {kernel:.1f} us | torch call+sync {torch_sync:.1f} (budget "
+              f"{kernel + trivial_torch:.1f}) | " + " | ".join(
+                  f"jax[{m}] call+sync {row[f'jax_{m}_call_sync_us']:.1f} (budget {row[f'jax_{m}_budget_us']:.1f}), "
+                  f"back-to-back {row[f'jax_{m}_back_to_back_us']:.1f}" for m in jax_runs))
     res["call_and_sync"] = rows
 
 
@@ -238,6 +265,9 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--child-cmdbuf":
         cmdbuf_child(sys.argv[2], sys.argv[3])
         return
+    if len(sys.argv) == 4 and sys.argv[1] == "--child-sync":
+        jax_sync_child(sys.argv[3])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="torch,sync,cmdbuf")
     ap.add_argument("--out", default=None)
@@ -251,7 +281,7 @@ def main():
     res = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__, "jax": jax.__version__,
            "library": version()}
     for part in args.parts.split(","):
-        {"torch": part_torch, "sync": part_sync, "cmdbuf": lambda r: part_cmdbuf(r, args.tmp)}[part](res)
+        {"torch": part_torch, "sync": lambda r: part_sync(r, args.tmp), "cmdbuf": lambda r: part_cmdbuf(r, args.tmp)}[part](res)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -359,8 +359,11 @@ def from_jax(x):
 
 
 def select_kernel(kernel, hint="1"):
-    """Our library reads these on every call: set before each call that is to run the variant."""
+    """Sets the variant for the calls that follow (the library reads these once, and again on
+    `reload_settings`)."""
+    from xla_gpu_kernels import _capi
     os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = kernel, hint
+    _capi.reload_settings()
 
 
 class Ours:

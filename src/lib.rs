@@ -185,3 +185,14 @@ pub unsafe extern "C" fn xgk_paged_attention_workspace_bytes(
 pub extern "C" fn xgk_launch_count() -> u64 {
     host::runtime::launch_count()
 }
+
+/// Re-reads the launch settings from the environment (`XGK_RPA_KERNEL`, `XGK_RPA_COPY_HINT`),
+/// which are otherwise read once per process. Returns 0, or 1 with the message in `err` when a
+/// value is invalid.
+///
+/// # Safety
+/// `err` is null or writable for `err_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xgk_reload_settings(err: *mut c_char, err_len: usize) -> i32 {
+    host::capi::reload_settings(err, err_len)
+}

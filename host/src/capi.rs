@@ -204,3 +204,12 @@ pub unsafe fn paged_attention_workspace_bytes(
         Ok(())
     })
 }
+
+/// Re-reads the launch settings from the environment (see
+/// [`paged_attention::reload_settings`]).
+///
+/// # Safety
+/// `err` is null or writable for `err_len` bytes.
+pub unsafe fn reload_settings(err: *mut c_char, err_len: usize) -> i32 {
+    c_call(err, err_len, || paged_attention::reload_settings().map(|_| ()))
+}

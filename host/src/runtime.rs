@@ -156,6 +156,7 @@ impl ContextModule {
     pub fn function_with_shared(&self, name: &'static str, shared_bytes: u32) -> Result<CUfunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         let entry = match functions.get(name) {
+            Some(&(f, allowed)) if shared_bytes <= allowed => return Ok(f as CUfunction),
             Some(&entry) => entry,
             None => {
                 let cname = CString::new(name).map_err(|_| Error::invalid("kernel name contains NUL"))?;

@@ -61,6 +61,8 @@ def library() -> ctypes.CDLL:
                     ctypes.c_int32, tensors, ctypes.POINTER(Attrs), ctypes.POINTER(ctypes.c_uint64),
                     ctypes.c_char_p, ctypes.c_size_t]
                 lib.xgk_paged_attention_workspace_bytes.restype = ctypes.c_int32
+                lib.xgk_reload_settings.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+                lib.xgk_reload_settings.restype = ctypes.c_int32
                 lib.xgk_launch_count.argtypes = []
                 lib.xgk_launch_count.restype = ctypes.c_uint64
                 _signed.add(id(lib))
@@ -161,3 +163,19 @@ def launch_count() -> int:
     """Kernels the library has enqueued in this process (calls replayed from a CUDA graph or an XLA
     command buffer launch none)."""
     return int(library().xgk_launch_count())
+
+
+_generation = [0]
+
+
+def settings_generation() -> int:
+    """Bumped by every `reload_settings` (keys per-call caches that depend on the settings)."""
+    return _generation[0]
+
+
+def reload_settings() -> None:
+    """Makes the library re-read ``XGK_RPA_KERNEL`` / ``XGK_RPA_COPY_HINT`` (read once per process
+    otherwise): for benchmarks that compare kernels in one process."""
+    err = ctypes.create_string_buffer(ERR_LEN)
+    check(library().xgk_reload_settings(err, ERR_LEN), err)
+    _generation[0] += 1

@@ -12,6 +12,8 @@ Implementations (``torch.library``):
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from . import _capi
@@ -35,57 +37,86 @@ def _code(t: torch.Tensor) -> int:
     return code
 
 
-def _where(tensors):
-    """(platform, stream, device index) of tensors that must share one device."""
-    device = tensors[0].device
+def _same_device(tensors) -> int:
+    """The tensors' device index (-1 on the CPU); a clear error when they are on several devices."""
+    index = tensors[0].get_device()
     for t in tensors:
-        if t.device != device:
+        if t.get_device() != index:
             raise ValueError(f"all tensors must be on one device, got {sorted({str(x.device) for x in tensors})}")
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        # The library launches in the context of the stream it is given, so no device guard is
-        # needed: torch's current stream of the tensors' device names it.
-        return _capi.PLATFORM_CUDA, _raw_stream(index), index
-    if device.type == "cpu":
-        return _capi.PLATFORM_CPU, 0, -1
-    raise ValueError(f"no implementation for device {device}")
+    return index
 
 
-def _run_simple_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+_local = threading.local()
+
+
+def _call_cache() -> dict:
+    cache = getattr(_local, "calls", None)
+    if cache is None:
+        cache = _local.calls = {}
+    return cache
+
+
+def _prepared(key, tensors, attrs_args, cuda_index):
+    """This thread's (descriptors, attrs, workspace bytes) for a call signature: built once per
+    (shapes, dtypes, attributes, device), so a call only writes its data pointers."""
+    cache = _call_cache()
+    entry = cache.get(key)
+    if entry is None:
+        signature = tuple((_code(t), tuple(t.shape)) for t in tensors)
+        descs = _capi.descriptors(signature)
+        attrs = _capi.attrs(*attrs_args) if attrs_args is not None else None
+        nbytes = 0
+        if attrs is not None and cuda_index >= 0:
+            # Temporary memory from torch's caching allocator (under CUDA-graph capture, from the
+            # graph's pool), never the driver's: sized by the library for these shapes.
+            nbytes = _capi.paged_attention_workspace_bytes(cuda_index, signature, attrs)
+        entry = cache[key] = (descs, attrs, nbytes)
+    return entry
+
+
+def _run_simple_add(a: torch.Tensor, b: torch.Tensor, platform: int) -> torch.Tensor:
     a, b = a.contiguous(), b.contiguous()
     out = torch.empty_like(a)
-    platform, stream, _ = _where((a, b, out))
-    descs = _capi.descriptors(((_code(a), tuple(a.shape)), (_code(b), tuple(b.shape)), (_code(out), tuple(out.shape))))
+    index = _same_device((a, b))
+    descs, _, _ = _prepared(("add", a.dtype, a.shape, b.dtype, b.shape), (a, b, out), None, index)
     descs[0].data, descs[1].data, descs[2].data = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    # The library launches in the context of the stream it is given: no device guard needed.
+    stream = _raw_stream(index) if platform == _capi.PLATFORM_CUDA else 0
     err = _capi.error_buffer()
-    _capi.check(_capi.library().xgk_simple_add(platform, stream, descs, err, _capi.ERR_LEN), err)
+    _capi.check(_LIB().xgk_simple_add(platform, stream, descs, err, _capi.ERR_LEN), err)
     return out
 
 
-def _run_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=1.0, sliding_window=None,
-                         soft_cap=None, mask_value=None, k_scale=None, v_scale=None):
-    inputs = [t.contiguous() for t in (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs)]
+def _run_paged_attention(platform, q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=1.0,
+                         sliding_window=None, soft_cap=None, mask_value=None, k_scale=None, v_scale=None):
+    inputs = (q.contiguous(), kv_pages.contiguous(), kv_lens.contiguous(), page_indices.contiguous(),
+              cu_q_lens.contiguous(), num_seqs.contiguous())
+    index = _same_device(inputs)
     out = torch.empty_like(inputs[0])
-    platform, stream, index = _where(inputs + [out])
-    signature = tuple((_code(t), tuple(t.shape)) for t in inputs) + ((_code(out), tuple(out.shape)),)
-    attrs = _capi.attrs(sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
-    descs = _capi.descriptors(signature)
-    for i, t in enumerate(inputs):
-        descs[i].data = t.data_ptr()
+    attrs_args = (sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
+    key = ("rpa", index, attrs_args, _capi.settings_generation()) + tuple((t.dtype, t.shape) for t in inputs)
+    descs, attrs, nbytes = _prepared(key, inputs + (out,), attrs_args, index if platform == _capi.PLATFORM_CUDA else -1)
+    for i in range(6):
+        descs[i].data = inputs[i].data_ptr()
     descs[6].data = out.data_ptr()
+    workspace = None
+    if nbytes:
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=out.device).data_ptr()
+    stream = _raw_stream(index) if platform == _capi.PLATFORM_CUDA else 0
     err = _capi.error_buffer()
-    workspace, nbytes = None, 0
-    if platform == _capi.PLATFORM_CUDA:
-        # Temporary memory from torch's caching allocator (so under CUDA-graph capture, from the
-        # graph's pool), never from the driver's: sized once per shape by the library.
-        nbytes = _capi.paged_attention_workspace_bytes(index, signature, attrs)
-        if nbytes:
-            workspace = torch.empty(nbytes, dtype=torch.uint8, device=out.device)
-    lib = _capi.library()
-    code = lib.xgk_paged_attention(platform, stream, descs, attrs, workspace.data_ptr() if workspace is not None else None,
-                                   nbytes, err, _capi.ERR_LEN)
-    _capi.check(code, err)
+    _capi.check(_LIB().xgk_paged_attention(platform, stream, descs, attrs, workspace, nbytes, err, _capi.ERR_LEN), err)
     return out
+
+
+def _LIB():
+    """The library with its C signatures (looked up once)."""
+    global _lib
+    if _lib is None:
+        _lib = _capi.library()
+    return _lib
+
+
+_lib = None
 
 
 torch.library.define("xla_gpu::simple_add", "(Tensor a, Tensor b) -> Tensor")
@@ -96,9 +127,28 @@ torch.library.define(
     "float? k_scale=None, float? v_scale=None) -> Tensor",
 )
 
-for _key in ("CPU", "CUDA"):
-    torch.library.impl("xla_gpu::simple_add", _key)(_run_simple_add)
-    torch.library.impl("xla_gpu::paged_attention", _key)(_run_paged_attention)
+
+
+def _simple_add_cpu(a, b):
+    return _run_simple_add(a, b, _capi.PLATFORM_CPU)
+
+
+def _simple_add_cuda(a, b):
+    return _run_simple_add(a, b, _capi.PLATFORM_CUDA)
+
+
+def _paged_attention_cpu(*args, **kwargs):
+    return _run_paged_attention(_capi.PLATFORM_CPU, *args, **kwargs)
+
+
+def _paged_attention_cuda(*args, **kwargs):
+    return _run_paged_attention(_capi.PLATFORM_CUDA, *args, **kwargs)
+
+
+torch.library.impl("xla_gpu::simple_add", "CPU")(_simple_add_cpu)
+torch.library.impl("xla_gpu::simple_add", "CUDA")(_simple_add_cuda)
+torch.library.impl("xla_gpu::paged_attention", "CPU")(_paged_attention_cpu)
+torch.library.impl("xla_gpu::paged_attention", "CUDA")(_paged_attention_cuda)
 
 
 @torch.library.impl("xla_gpu::simple_add", "XLA")

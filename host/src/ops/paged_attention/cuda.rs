@@ -112,7 +112,7 @@ fn dtype_tag(dtype: DType) -> &'static str {
 }
 
 /// Which attention kernel runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
     /// The fastest kernel that applies: pipelined, else tensor cores, else the general kernel.
     #[default]
@@ -133,7 +133,13 @@ pub enum KernelChoice {
 pub const KERNEL_ENV_VAR: &str = "XGK_RPA_KERNEL";
 
 impl KernelChoice {
-    /// The choice named by [`KERNEL_ENV_VAR`], or `Auto` when it is unset.
+    /// The process's choice: [`KERNEL_ENV_VAR`] as read at the first call or the last
+    /// [`reload_settings`] (reading the environment takes a lock and a scan: not per call).
+    pub fn configured() -> Result<Self> {
+        Ok(settings()?.0)
+    }
+
+    /// The choice named by [`KERNEL_ENV_VAR`] now, or `Auto` when it is unset.
     pub fn from_env() -> Result<Self> {
         match std::env::var(KERNEL_ENV_VAR) {
             Err(_) => Ok(KernelChoice::Auto),
@@ -159,6 +165,105 @@ const DEFAULT_COPY_HINT: u32 = 1;
 
 fn copy_hint_from_env() -> u32 {
     std::env::var("XGK_RPA_COPY_HINT").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_COPY_HINT) & 3
+}
+
+/// (kernel choice, copy hint) from the environment, read once; `None` until first read.
+static SETTINGS: std::sync::RwLock<Option<(KernelChoice, u32)>> = std::sync::RwLock::new(None);
+
+/// The launch settings of the process (see [`KernelChoice::configured`]).
+fn settings() -> Result<(KernelChoice, u32)> {
+    if let Some(s) = *SETTINGS.read().unwrap_or_else(|e| e.into_inner()) {
+        return Ok(s);
+    }
+    reload_settings()
+}
+
+/// Re-reads [`KERNEL_ENV_VAR`] and `XGK_RPA_COPY_HINT` (benchmarks switch kernels in one process:
+/// set the variables, then call this, or `xgk_reload_settings` from C). An invalid value is an
+/// error, here and at every launch until a valid one is read.
+pub fn reload_settings() -> Result<(KernelChoice, u32)> {
+    let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
+    *guard = None;
+    let s = (KernelChoice::from_env()?, copy_hint_from_env());
+    *guard = Some(s);
+    plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
+    Ok(s)
+}
+
+/// What a launch plan depends on besides the device: the op's static shapes and attributes (bit
+/// patterns), the kernel choice and the workspace limit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct PlanKey {
+    module: usize,
+    shape: [u32; 11],
+    attrs: [u64; 6],
+    choice: KernelChoice,
+    limit: Option<usize>,
+}
+
+impl PlanKey {
+    fn new(module: &ContextModule, spec: &PagedAttention, choice: KernelChoice, limit: Option<usize>) -> Self {
+        let a = &spec.attrs;
+        let opt = |v: Option<f32>| v.map_or(u64::MAX, |x| x.to_bits() as u64);
+        PlanKey {
+            module: module as *const ContextModule as usize,
+            shape: [
+                spec.q_dtype.to_xla() as u32,
+                spec.kv_dtype.to_xla() as u32,
+                spec.max_tokens,
+                spec.num_q_heads,
+                spec.num_kv_heads,
+                spec.head_dim,
+                spec.total_pages,
+                spec.page_size,
+                spec.max_num_seqs,
+                spec.pages_per_seq,
+                0,
+            ],
+            attrs: [
+                a.sm_scale.to_bits() as u64,
+                a.sliding_window.map_or(u64::MAX, u64::from),
+                opt(a.soft_cap),
+                opt(a.mask_value),
+                opt(a.k_scale),
+                opt(a.v_scale),
+            ],
+            choice,
+            limit,
+        }
+    }
+}
+
+/// Launch plans by [`PlanKey`]: deciding one (split model, occupancy lookups) costs more than the
+/// launch itself, and a serving process sees a handful of shapes. Bounded: cleared when full.
+fn plan_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PlanKey, LaunchPlan>> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PlanKey, LaunchPlan>>> =
+        std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Most plans kept (a process with more shapes recomputes; still correct).
+const PLAN_CACHE_ENTRIES: usize = 4096;
+
+/// [`plan_launch`], cached. `module` lives as long as the process (modules are never dropped), so
+/// its address identifies the device.
+fn cached_plan(
+    module: &ContextModule,
+    spec: &PagedAttention,
+    choice: KernelChoice,
+    limit: Option<usize>,
+) -> Result<LaunchPlan> {
+    let key = PlanKey::new(module, spec, choice, limit);
+    if let Some(plan) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(*plan);
+    }
+    let plan = plan_launch(module, spec, choice, limit)?;
+    let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= PLAN_CACHE_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(key, plan);
+    Ok(plan)
 }
 
 /// Whether the tensor-core kernel covers `spec` on a device of compute capability `cc`.
@@ -241,21 +346,33 @@ pub enum Workspace {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LaunchPlan {
     /// `rpa_plan`, then one block per (plan item, KV head).
-    Tiled { rows: u32, capacity: u64 },
+    Tiled { name: &'static str, rows: u32, capacity: u64 },
     /// One block per (row, head chunk, split), plus the merge when `splits > 1`.
-    Direct { kernel: KernelChoice, threads: u32, shared_bytes: u32, grid_y: u32, splits: u32, split_len: u32 },
+    Direct {
+        name: &'static str,
+        threads: u32,
+        shared_bytes: u32,
+        grid_y: u32,
+        splits: u32,
+        split_len: u32,
+    },
 }
+
+// The plan cache's values are plain data.
+const _: () = {
+    const fn copy<T: Copy + Send>() {}
+    copy::<LaunchPlan>()
+};
 
 impl LaunchPlan {
     /// The kernels the launch enqueues, with their dynamic shared memory.
     fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
         match *self {
-            LaunchPlan::Tiled { .. } => vec![
-                ("rpa_plan", PLAN_SHARED_BYTES),
-                (kernel_name(spec, KernelChoice::Tiled), tiled_shared_bytes(spec.head_dim)),
-            ],
-            LaunchPlan::Direct { kernel, shared_bytes, splits, .. } => {
-                let mut v = vec![(kernel_name(spec, kernel), shared_bytes)];
+            LaunchPlan::Tiled { name, .. } => {
+                vec![("rpa_plan", PLAN_SHARED_BYTES), (name, tiled_shared_bytes(spec.head_dim))]
+            }
+            LaunchPlan::Direct { name, shared_bytes, splits, .. } => {
+                let mut v = vec![(name, shared_bytes)];
                 if splits > 1 {
                     v.push((combine_kernel(spec), 0));
                 }
@@ -330,7 +447,7 @@ fn plan_launch(
         let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
         ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
         ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
-        let plan = LaunchPlan::Tiled { rows, capacity };
+        let plan = LaunchPlan::Tiled { name: kernel_name(spec, KernelChoice::Tiled), rows, capacity };
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
@@ -379,15 +496,15 @@ fn plan_launch(
             }
         }
     }
-    Ok(LaunchPlan::Direct { kernel, threads, shared_bytes, grid_y, splits, split_len })
+    Ok(LaunchPlan::Direct { name: kernel_name(spec, kernel), threads, shared_bytes, grid_y, splits, split_len })
 }
 
-/// Bytes of workspace a call of `spec` needs on CUDA device `ordinal` with the kernel choice of
-/// [`KERNEL_ENV_VAR`]: what [`Workspace::Given`] should hold. Loads the module into the device's
+/// Bytes of workspace a call of `spec` needs on CUDA device `ordinal` with the configured kernel
+/// choice ([`KernelChoice::configured`]): what [`Workspace::Given`] should hold. Loads the module into the device's
 /// primary context (so a later launch under stream capture finds it loaded). Zero when the call
 /// needs no temporary memory.
 pub fn workspace_bytes(kernels: &KernelModule, ordinal: i32, spec: &PagedAttention) -> Result<usize> {
-    workspace_bytes_with(kernels, ordinal, spec, KernelChoice::from_env()?)
+    workspace_bytes_with(kernels, ordinal, spec, KernelChoice::configured()?)
 }
 
 /// [`workspace_bytes`] with an explicit kernel choice.
@@ -420,7 +537,7 @@ pub unsafe fn launch_cuda(
     spec: &PagedAttention,
     bufs: DeviceBuffers,
 ) -> Result<()> {
-    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::from_env()?)
+    launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::configured()?)
 }
 
 /// [`launch_cuda`] with an explicit kernel choice (tests and benchmarks compare the kernels).
@@ -456,7 +573,7 @@ pub unsafe fn launch_cuda_with(
         return Ok(());
     }
     let module = kernels.for_stream(stream)?;
-    let plan = plan_launch(&module, spec, choice, limit)?;
+    let plan = cached_plan(&module, spec, choice, limit)?;
     let needed = plan.scratch_bytes(spec);
     let (scratch, owned) = match bufs.workspace {
         _ if needed == 0 => (0, None),
@@ -467,9 +584,11 @@ pub unsafe fn launch_cuda_with(
         }
     };
     let launched = match plan {
-        LaunchPlan::Tiled { rows, capacity } => launch_tiled(&module, stream, spec, bufs, scratch, rows, capacity),
-        LaunchPlan::Direct { kernel, threads, shared_bytes, grid_y, splits, split_len } => {
-            let launch = DirectLaunch { kernel, threads, shared_bytes, grid_y, splits, split_len };
+        LaunchPlan::Tiled { name, rows, capacity } => {
+            launch_tiled(&module, stream, spec, bufs, scratch, name, rows, capacity)
+        }
+        LaunchPlan::Direct { name, threads, shared_bytes, grid_y, splits, split_len } => {
+            let launch = DirectLaunch { name, threads, shared_bytes, grid_y, splits, split_len };
             launch_direct(&module, stream, spec, bufs, scratch, launch)
         }
     };
@@ -480,7 +599,7 @@ pub unsafe fn launch_cuda_with(
 
 /// The fields of [`LaunchPlan::Direct`].
 struct DirectLaunch {
-    kernel: KernelChoice,
+    name: &'static str,
     threads: u32,
     shared_bytes: u32,
     grid_y: u32,
@@ -501,7 +620,7 @@ unsafe fn launch_direct(
     l: DirectLaunch,
 ) -> Result<()> {
     let mut params = spec.kernel_params(l.splits, l.split_len);
-    params.copy_hint = copy_hint_from_env();
+    params.copy_hint = settings()?.1;
     let (part_o, part_lse) = if l.splits > 1 {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)
@@ -524,7 +643,7 @@ unsafe fn launch_direct(
         block: (l.threads, 1, 1),
         shared_bytes: l.shared_bytes,
     };
-    module.launch(stream, kernel_name(spec, l.kernel), cfg, &mut args.pointers())?;
+    module.launch(stream, l.name, cfg, &mut args.pointers())?;
     if l.splits <= 1 {
         return Ok(());
     }
@@ -548,17 +667,19 @@ fn combine_kernel(spec: &PagedAttention) -> &'static str {
 ///
 /// # Safety
 /// As [`launch_cuda`]; `plan` holds `plan_bytes(capacity)` bytes.
+#[allow(clippy::too_many_arguments)]
 unsafe fn launch_tiled(
     module: &ContextModule,
     stream: Stream,
     spec: &PagedAttention,
     bufs: DeviceBuffers,
     plan: u64,
+    name: &'static str,
     rows: u32,
     capacity: u64,
 ) -> Result<()> {
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
-    params.copy_hint = copy_hint_from_env();
+    params.copy_hint = settings()?.1;
     params.tile_rows = rows;
     params.plan_capacity = capacity as u32;
 
@@ -581,7 +702,7 @@ unsafe fn launch_tiled(
         block: (TILE_THREADS, 1, 1),
         shared_bytes: tiled_shared_bytes(spec.head_dim),
     };
-    module.launch(stream, kernel_name(spec, KernelChoice::Tiled), cfg, &mut args.pointers())
+    module.launch(stream, name, cfg, &mut args.pointers())
 }
 
 #[cfg(test)]
