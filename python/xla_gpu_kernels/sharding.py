@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from . import _contract
 from . import jax as _xk
@@ -200,7 +200,9 @@ def ragged_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_se
     over heads under ``jax.jit``: with q sharded on axis 1 and kv_pages on axis 2 over the same
     mesh axes (:func:`head_shardings`), each device calls the kernel on its own heads and the
     output is sharded like q. Other shardings are resharded to that (sharded tokens, pages or
-    head_dim are gathered). Unsharded inputs, or calls inside ``jax.shard_map``, run the plain op.
+    head_dim are gathered). Unsharded inputs, or calls inside ``jax.shard_map``, run the plain op
+    (inside a shard_map that leaves some mesh axes Auto, heads sharded over those axes are gathered:
+    make the head axis manual too, or use :func:`ragged_paged_attention_sharded`).
 
     Raises ``ValueError`` on contract violations before tracing, and on a head split that does not
     divide ``num_kv_heads``: before tracing where the shardings are known then (concrete arrays,
@@ -216,6 +218,10 @@ def ragged_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_se
         known = _known_head_split(x, dim)
         if known is not None:
             check_head_split(q.shape[1], kv_pages.shape[2] // 2, known[1], f"{name} sharded over mesh axes {known[0]}")
+    if any(t == AxisType.Manual for t in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ())):
+        # Inside jax.shard_map the operands are the local blocks: the plain op. (A shard_map manual
+        # over only some axes cannot host custom partitioning: XLA fails or aborts.)
+        return _call_op(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs)
     return _partitioned_jit(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs)
 
 
@@ -281,6 +287,10 @@ def ragged_paged_attention_sharded(q, kv_pages, kv_lens, page_indices, cu_q_lens
     d = (data_axis,) if lead else ()
     q_spec = P(*d, None, head_axis, None)
     in_specs = (q_spec, P(*d, None, None, head_axis, None)) + (P(*d),) * 4
+
+    if any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
+        # Explicit axes: shard_map wants the inputs' types to carry exactly these specs.
+        operands = tuple(jax.sharding.reshard(x, NamedSharding(mesh, spec)) for x, spec in zip(operands, in_specs))
 
     def per_device(*xs):
         if lead:
