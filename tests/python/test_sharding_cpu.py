@@ -103,3 +103,11 @@ def test_check_head_split(q_heads, kv_heads, n, ok):
         with pytest.raises(ValueError, match=f"cannot split {q_heads} query heads / {kv_heads} KV heads over {n}"):
             xs.check_head_split(q_heads, kv_heads, n)
 
+
+def test_tensor_parallel_benchmark_runs_tiny():
+    """benchmarks/tensor_parallel.py --tiny on 2 CPU devices (the GPU numbers come from the GPU machine)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT / "python"))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tensor_parallel.py"), "--tiny", "--calls", "2",
+                           "--rounds", "1"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "speedup" in done.stdout and '"tiny": true' in done.stdout, done.stdout
