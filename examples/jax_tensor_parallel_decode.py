@@ -123,14 +123,15 @@ def main(devices: int = 2, steps: int = 8, seed: int = 0) -> float:
         worst_out = max(worst_out, float(np.max(np.abs(jax.device_get(tp_out) - jax.device_get(ref_out)))))
         lengths = [1] * batch
     # The K/V projections run on column blocks of the weights: equal up to summation order, then
-    # rounded to bf16 in the cache (an ulp apart at most).
-    worst_cache = float(np.max(np.abs(np.asarray(jax.device_get(tp_cache), np.float32)
-                                      - np.asarray(jax.device_get(ref_cache), np.float32))))
+    # rounded to bf16 in the cache (an ulp apart at most: relative 2^-7).
+    tp_c, ref_c = (np.asarray(jax.device_get(c), np.float32) for c in (tp_cache, ref_cache))
+    worst_cache = float(np.max(np.abs(tp_c - ref_c)))
+    assert (np.abs(tp_c - ref_c) <= 2.0 ** -7 * np.abs(ref_c) + 1e-3).all(), "caches differ by more than an ulp"
     assert tp_attn.sharding.is_equivalent_to(NamedSharding(mesh, P(None, "model", None)), 3)
     print(f"backend={jax.default_backend()} devices={devices} ({jax.devices()[0].device_kind}) steps={steps} "
           f"context={kv_lens.tolist()} heads/device={HEADS // devices}q+{KV_HEADS // devices}kv "
           f"max error vs one device: attention={worst_attn:.2e} layer={worst_out:.2e} cache={worst_cache:.2e}")
-    assert worst_attn < 3e-2 and worst_out < 3e-2 and worst_cache < 2e-2, (worst_attn, worst_out, worst_cache)
+    assert worst_attn < 3e-2 and worst_out < 3e-2, (worst_attn, worst_out)
     return worst_attn
 
 
