@@ -22,6 +22,15 @@ if [ "${XGK_SANITIZE:-1}" = 1 ]; then
   done
 fi
 step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py
+# Tensor/data parallel over several GPUs (test_sharding_gpu.py asserts >= 2 GPUs: on one GPU it is
+# listed as not run, never skipped silently).
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$ngpu" -ge 2 ]; then
+  step sharding_gpu python3 -m pytest -q -s -m gpu tests/python/test_sharding_gpu.py
+  [ "${XGK_BENCH:-1}" = 1 ] && step tp_bench python3 benchmarks/tensor_parallel.py --out "$OUT/tensor-parallel.json"
+else
+  summary+=("$(printf '%-22s not run: %s GPU(s), needs >= 2 (nvidia-h200-x2)' sharding_gpu "$ngpu")")
+fi
 step torch python3 -m pytest -q -s tests/python/test_torch.py tests/python/test_examples.py
 [ "${XGK_BENCH:-1}" = 1 ] && step bench .gpu/bin/kernels --bench --noplot
 [ "${XGK_BENCH:-1}" = 1 ] && step host_overhead .gpu/bin/host_overhead --bench --noplot

@@ -1,0 +1,385 @@
+"""Multi-device checks of xla_gpu_kernels.sharding, run in a fresh process (JAX reads the device
+count once): on CPU with `--xla_force_host_platform_device_count=4` (our Host handler on each
+"device"), or on the GPUs of a GPU machine.
+
+    python tests/python/sharding_multidevice.py [--tolerance] [--seed N] [--only NAME ...]
+
+Prints one JSON line per check: {"check", "ok", "detail"}; exits 0 when every check passed.
+`test_sharding_cpu.py` and `test_sharding_gpu.py` run it. On CPU the sharded result must equal the
+one-device result bit for bit (the Host code computes each head on its own); on GPUs the kernel's
+split-KV count depends on the heads per device, so `--tolerance` compares within the dtype's
+tolerance instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    # Before JAX initializes: 4 host devices when running on CPU (ignored by the GPU backend).
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=4").strip()
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+    sys.path.insert(0, here)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import traceback  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import xla_gpu_kernels.jax as xk  # noqa: E402
+import xla_gpu_kernels.sharding as xs  # noqa: E402
+from rpa_cases import check_close, make_case  # noqa: E402
+
+CHECKS = {}
+OPTS = argparse.Namespace(tolerance=False, seed=0)
+
+
+def check(fn):
+    CHECKS[fn.__name__.removeprefix("check_")] = fn
+    return fn
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def rng(salt: int) -> np.random.Generator:
+    return np.random.default_rng([OPTS.seed, salt])
+
+
+def case(salt, *, kv_heads, group, q_dtype="bfloat16", kv_dtype=None, head_dim=64, **attrs):
+    """A ragged batch (decode rows, a chunk, a prefill, padding) with fresh random values."""
+    args, attrs = make_case(rng(salt), q_dtype=q_dtype, kv_dtype=kv_dtype, head_dim=head_dim, num_kv_heads=kv_heads,
+                            group=group, page_size=8, seqs=((1, 37), (4, 21), (9, 9)), pad=2, **attrs)
+    return tuple(map(jnp.asarray, args)), attrs
+
+
+def mesh_of(n, names=("model",), shape=None, axis_type=AxisType.Auto):
+    shape = shape or (n,)
+    return jax.make_mesh(shape, names, axis_types=(axis_type,) * len(names), devices=jax.devices()[:int(np.prod(shape))])
+
+
+def place(args, mesh, head_axis="model"):
+    qs, kvs, rs = xs.head_shardings(mesh, head_axis)
+    return (jax.device_put(args[0], qs), jax.device_put(args[1], kvs)) + tuple(jax.device_put(a, rs) for a in args[2:])
+
+
+def same(out, ref, args, label):
+    out, ref = jax.device_get(out), jax.device_get(ref)
+    assert out.shape == ref.shape and out.dtype == ref.dtype, (label, out.shape, out.dtype, ref.shape, ref.dtype)
+    if OPTS.tolerance:
+        check_close(out, ref, np.asarray(args[4]), np.asarray(args[5]), args[0].dtype, label)
+    else:
+        np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(ref, np.float32), err_msg=label)
+
+
+def no_gathers(text, label):
+    for op in ("all-gather", "all-to-all"):
+        assert op not in text, f"{label}: compiled HLO has {op}"
+
+
+def local_custom_call(text, args, n, label):
+    """The compiled module calls our target once, on the per-device blocks of q and kv_pages."""
+    calls = [line for line in text.splitlines() if 'custom_call_target="xla_gpu_paged_attention"' in line]
+    assert len(calls) == 1, f"{label}: {len(calls)} calls of our target"
+    q, kv = args[0], args[1]
+    qd, kvd = jnp.dtype(q.dtype).name, jnp.dtype(kv.dtype).name
+    short = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2"}
+    want_q = f"{short[qd]}[{q.shape[0]},{q.shape[1] // n},{q.shape[2]}]"
+    want_kv = f"{short[kvd]}[{kv.shape[0]},{kv.shape[1]},{kv.shape[2] // n},{kv.shape[3]}]"
+    assert want_q in calls[0] and want_kv in calls[0], f"{label}: want {want_q} and {want_kv} in {calls[0]}"
+
+
+def ndev():
+    return len(jax.devices())
+
+
+# --- tensor parallel ------------------------------------------------------------------------------------
+
+
+GEOMETRIES = [  # (kv heads, group, devices, q dtype, kv dtype, attrs)
+    (2, 4, 2, "bfloat16", None, {}),
+    (4, 2, 4, "bfloat16", None, {"sliding_window": 11, "soft_cap": 30.0}),
+    (4, 3, 2, "float32", None, {"mask_value": -3.0}),
+    (8, 2, 4, "float16", "float8_e4m3fn", {}),
+    (4, 1, 4, "bfloat16", None, {}),  # MHA
+]
+
+
+@check
+def check_tensor_parallel_jit(axis_type=AxisType.Auto, label="auto"):
+    """jax.jit of the custom_partitioning op on head-sharded inputs: per-device calls on local
+    heads, no all-gather / all-to-all, the one-device result, output sharded like q."""
+    ran = 0
+    for i, (kvh, group, n, qd, kvd, extra) in enumerate(GEOMETRIES):
+        if n > ndev():
+            continue
+        ran += 1
+        args, attrs = case(10 + i, kv_heads=kvh, group=group, q_dtype=qd, kv_dtype=kvd, **extra)
+        ref = xk.ragged_paged_attention(*args, **attrs)
+        mesh = mesh_of(n, axis_type=axis_type)
+        placed = place(args, mesh)
+        f = jax.jit(lambda *a: xs.ragged_paged_attention(*a, **attrs))
+        text = f.lower(*placed).compile().as_text()
+        tag = f"{label} Hkv={kvh} G={group} n={n} {qd}/{kvd or qd}"
+        no_gathers(text, tag)
+        local_custom_call(text, args, n, tag)
+        out = f(*placed)
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, P(None, "model", None)), 3), \
+            f"{tag}: output sharding {out.sharding}"
+        same(out, ref, args, tag)
+        same(xs.ragged_paged_attention(*placed, **attrs), ref, args, tag + " eager")
+    return f"{ran} of {len(GEOMETRIES)} geometries ({ndev()} devices)"
+
+
+@check
+def check_tensor_parallel_jit_explicit_axes():
+    return check_tensor_parallel_jit(AxisType.Explicit, "explicit")
+
+
+@check
+def check_tensor_parallel_shard_map_entry():
+    """ragged_paged_attention_sharded(mesh=, head_axis=) under jit."""
+    for i, (kvh, group, n, qd, kvd, extra) in enumerate(GEOMETRIES):
+        if n > ndev():
+            continue
+        args, attrs = case(20 + i, kv_heads=kvh, group=group, q_dtype=qd, kv_dtype=kvd, **extra)
+        ref = xk.ragged_paged_attention(*args, **attrs)
+        mesh = mesh_of(n)
+        f = jax.jit(lambda *a: xs.ragged_paged_attention_sharded(*a, mesh=mesh, head_axis="model", **attrs))
+        placed = place(args, mesh)
+        text = f.lower(*placed).compile().as_text()
+        tag = f"shard_map entry Hkv={kvh} G={group} n={n}"
+        no_gathers(text, tag)
+        local_custom_call(text, args, n, tag)
+        same(f(*placed), ref, args, tag)
+        same(f(*args), ref, args, tag + " unplaced inputs")
+        explicit = mesh_of(n, axis_type=AxisType.Explicit)
+        same(xs.ragged_paged_attention_sharded(*args, mesh=explicit, head_axis="model", **attrs), ref, args,
+             tag + " explicit axes, eager")
+        same(jax.jit(lambda *a: xs.ragged_paged_attention_sharded(*a, mesh=explicit, head_axis="model", **attrs))(
+            *place(args, explicit)), ref, args, tag + " explicit axes, jit")
+
+
+@check
+def check_inside_user_shard_map():
+    """The plain op and the partitioned one inside a user's own jax.shard_map over heads."""
+    n = min(ndev(), 4)
+    args, attrs = case(30, kv_heads=4, group=2)
+    ref = xk.ragged_paged_attention(*args, **attrs)
+    mesh = mesh_of(n)
+    specs = (P(None, "model", None), P(None, None, "model", None)) + (P(),) * 4
+    for op in (xk.ragged_paged_attention, xs.ragged_paged_attention):
+        f = jax.jit(jax.shard_map(lambda *a: op(*a, **attrs), mesh=mesh, in_specs=specs,
+                                  out_specs=P(None, "model", None), check_vma=False))
+        text = f.lower(*place(args, mesh)).compile().as_text()
+        tag = f"user shard_map {op.__module__}"
+        no_gathers(text, tag)
+        local_custom_call(text, args, n, tag)
+        same(f(*place(args, mesh)), ref, args, tag)
+    if ndev() >= 4:
+        # Manual over "data" only, heads sharded over the Auto "model" axis: the plain op on the
+        # data blocks (XLA cannot partition a custom call there); correct, heads gathered.
+        mesh2 = mesh_of(4, ("data", "model"), shape=(2, 2))
+        pools = [case(31 + b, kv_heads=4, group=2)[0] for b in range(2)]
+        stacked = [jnp.stack([p[i] for p in pools]) for i in range(6)]
+        stacked[0] = jax.device_put(stacked[0], NamedSharding(mesh2, P("data", None, "model", None)))
+        stacked[1] = jax.device_put(stacked[1], NamedSharding(mesh2, P("data", None, None, "model", None)))
+        body = lambda *a: xs.ragged_paged_attention(*(x[0] for x in a), **attrs)[None]  # noqa: E731
+        f = jax.jit(jax.shard_map(body, mesh=mesh2, in_specs=(P("data"),) * 6, out_specs=P("data"),
+                                  axis_names={"data"}, check_vma=False))
+        out = jax.device_get(f(*stacked))
+        for b in range(2):
+            same(out[b], xk.ragged_paged_attention(*pools[b], **attrs), pools[b], f"partially manual pool {b}")
+
+
+@check
+def check_model_step_keeps_heads_local():
+    """A projection from head-sharded weights, attention, an output projection over the local
+    heads and an all-reduce (the Megatron pattern): the compiled step has no all-gather."""
+    n = min(ndev(), 2)
+    args, attrs = case(40, kv_heads=2, group=4, q_dtype="float32")
+    T, Hq, D = args[0].shape
+    mesh = mesh_of(n)
+    r = rng(41)
+    hidden = jnp.asarray(r.standard_normal((T, 48)), jnp.float32)
+    wq = jnp.asarray(r.standard_normal((48, Hq * D)) / 8, jnp.float32)
+    wo = jnp.asarray(r.standard_normal((Hq * D, 48)) / 8, jnp.float32)
+
+    def step(wq, wo, hidden, kv, *meta):
+        q = (hidden @ wq).reshape(T, Hq, D)
+        return xs.ragged_paged_attention(q, kv, *meta, **attrs).reshape(T, Hq * D) @ wo
+
+    put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
+    sharded = (put(wq, P(None, "model")), put(wo, P("model", None)), put(hidden, P()),
+               put(args[1], P(None, None, "model", None))) + tuple(put(a, P()) for a in args[2:])
+    with jax.default_matmul_precision("highest"):  # no TF32 on GPUs: compare the sums, not roundings
+        f = jax.jit(step)
+        text = f.lower(*sharded).compile().as_text()
+        no_gathers(text, "model step")
+        assert "all-reduce" in text, "model step: expected the output projection's all-reduce"
+        ref = jax.jit(step)(wq, wo, hidden, *args[1:])
+        tol = 2e-3 if OPTS.tolerance else 1e-4
+        np.testing.assert_allclose(np.asarray(f(*sharded)), np.asarray(ref), rtol=tol, atol=tol)
+
+
+@check
+def check_other_shardings_are_resharded():
+    """Tokens sharded, or only q sharded: still the one-device result (XLA reshards)."""
+    n = min(ndev(), 2)
+    args, attrs = case(50, kv_heads=2, group=2)
+    ref = xk.ragged_paged_attention(*args, **attrs)
+    mesh = mesh_of(n)
+    f = jax.jit(lambda *a: xs.ragged_paged_attention(*a, **attrs))
+    q_tokens = jax.device_put(args[0], NamedSharding(mesh, P("model", None, None)))
+    same(f(q_tokens, *args[1:]), ref, args, "q sharded over tokens")
+    q_heads = jax.device_put(args[0], NamedSharding(mesh, P(None, "model", None)))
+    text = f.lower(q_heads, *args[1:]).compile().as_text()
+    no_gathers(text, "only q sharded")  # the replicated pool is sliced locally
+    same(f(q_heads, *args[1:]), ref, args, "only q sharded")
+    same(f(*args), ref, args, "unsharded")
+
+
+@check
+def check_uneven_heads_raise():
+    """A device count that does not divide num_kv_heads: ValueError before tracing where the
+    shardings are known (shard_map entry, concrete arrays, Explicit axes), at partitioning
+    (compile) under jit with Auto axes. MQA over 2 devices would split a K from its V."""
+    if ndev() < 2:
+        return "needs 2 devices"
+    msg = "cannot split"
+    for kvh, group, n in ((2, 2, 4), (1, 4, 2), (3, 2, 2)):
+        if n > ndev():
+            continue
+        args, attrs = case(60, kv_heads=kvh, group=group)
+        mesh = mesh_of(n)
+        try:
+            xs.ragged_paged_attention_sharded(*args, mesh=mesh, head_axis="model", **attrs)
+        except ValueError as e:
+            assert msg in str(e) and f"{kvh} KV heads" in str(e), str(e)
+        else:
+            raise AssertionError(f"shard_map entry Hkv={kvh} n={n}: no error")
+        # Concrete head-sharded arrays: our check, before tracing (the last placement, on Explicit
+        # axes, is traced below).
+        for axis_type in (AxisType.Auto, AxisType.Explicit):
+            placed = place(args, mesh_of(n, axis_type=axis_type))
+            try:
+                xs.ragged_paged_attention(*placed, **attrs)
+            except ValueError as e:
+                assert msg in str(e), str(e)
+            else:
+                raise AssertionError(f"eager {axis_type} Hkv={kvh} n={n}: no error")
+        try:
+            jax.jit(lambda *a: xs.ragged_paged_attention(*a, **attrs)).trace(*placed)  # Explicit: at trace time
+        except ValueError as e:
+            assert msg in str(e), str(e)
+        else:
+            raise AssertionError(f"jit explicit Hkv={kvh} n={n}: no error")
+        placed = place(args, mesh_of(n))
+        try:
+            jax.jit(lambda *a: xs.ragged_paged_attention(*a, **attrs)).lower(*placed).compile()
+        except Exception as e:  # noqa: BLE001 - XLA wraps the partitioner's ValueError
+            assert msg in str(e), str(e)
+        else:
+            raise AssertionError(f"jit auto Hkv={kvh} n={n}: no error")
+    return "errors raised"
+
+
+# --- data parallel ----------------------------------------------------------------------------------------
+
+
+@check
+def check_data_parallel():
+    """One KV pool with its own metadata per data-parallel slot (stacked on a leading axis):
+    entry b of the output is the one-device op on entry b; no collectives. Also pools x heads on a
+    2-D mesh, and two pools per device."""
+    pools = 4
+    cases = [case(70 + b, kv_heads=4, group=2, sliding_window=5 + 7 * b)[0] for b in range(pools)]
+    attrs = {"sm_scale": 0.125}
+    stacked = tuple(jnp.stack([c[i] for c in cases]) for i in range(6))
+    refs = [xk.ragged_paged_attention(*c, **attrs) for c in cases]
+    layouts = [((min(ndev(), 4),), ("data",), None), ((min(ndev(), 2),), ("data",), None)]
+    if ndev() >= 4:
+        layouts.append(((2, 2), ("data", "model"), "model"))
+    for shape, names, head in layouts:
+        mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names),
+                             devices=jax.devices()[:int(np.prod(shape))])
+        f = jax.jit(lambda *a: xs.ragged_paged_attention_sharded(*a, mesh=mesh, data_axis="data", head_axis=head,
+                                                                 **attrs))
+        text = f.lower(*stacked).compile().as_text()
+        tag = f"data parallel {dict(zip(names, shape))}"
+        no_gathers(text, tag)
+        out = f(*stacked)
+        for b in range(pools):
+            same(out[b], refs[b], cases[b], f"{tag} pool {b}")
+    explicit = mesh_of(min(ndev(), 4), ("data",), axis_type=AxisType.Explicit)
+    out = jax.device_get(xs.ragged_paged_attention_sharded(*stacked, mesh=explicit, data_axis="data", **attrs))
+    for b in range(pools):
+        same(out[b], refs[b], cases[b], f"data parallel, explicit axes, pool {b}")
+    try:
+        xs.ragged_paged_attention_sharded(*(x[:3] for x in stacked), mesh=mesh_of(2, ("data",)), data_axis="data")
+    except ValueError as e:
+        assert "3 KV pools cannot be split" in str(e), str(e)
+    else:
+        raise AssertionError("3 pools over 2 devices: no error")
+
+
+# --- the partitioner --------------------------------------------------------------------------------------
+
+
+@check
+def check_gspmd_partitioner():
+    """The same with Shardy off (GSPMD callbacks), as older setups run it."""
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        n = min(ndev(), 4)
+        args, attrs = case(80, kv_heads=4, group=2)
+        ref = xk.ragged_paged_attention(*args, **attrs)
+        f = jax.jit(lambda *a: xs.ragged_paged_attention(*a, **attrs))
+        placed = place(args, mesh_of(n))
+        text = f.lower(*placed).compile().as_text()
+        no_gathers(text, "gspmd")
+        local_custom_call(text, args, n, "gspmd")
+        same(f(*placed), ref, args, "gspmd")
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tolerance", action="store_true", help="compare within the dtype tolerance (GPUs)")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args(argv)
+    if a.list:
+        print("\n".join(CHECKS))
+        return 0
+    OPTS.tolerance = a.tolerance
+    OPTS.seed = a.seed if a.seed is not None else int(np.random.SeedSequence().entropy % 2**32)
+    print(json.dumps({"check": "_setup", "ok": True, "detail": f"jax {jax.__version__}, {ndev()} x "
+                      f"{jax.devices()[0].device_kind} ({jax.default_backend()}), seed {OPTS.seed}"}), flush=True)
+    failed = 0
+    for name, fn in CHECKS.items():
+        if a.only and name not in a.only:
+            continue
+        try:
+            detail = fn() or ""
+            ok = True
+        except Exception:  # noqa: BLE001 - report every check
+            detail, ok = traceback.format_exc(), False
+            failed += 1
+        print(json.dumps({"check": name, "ok": ok, "detail": str(detail)}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
