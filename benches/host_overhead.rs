@@ -148,6 +148,8 @@ fn cuda_calls(c: &mut Criterion) {
         eprintln!("host_overhead: no CUDA device; only ffi_decode_validate runs");
         return;
     };
+    // XLA and torch run custom calls with the stream's context current on the thread.
+    ctx.bind_to_thread().unwrap();
     let stream = ctx.new_stream().unwrap();
     let mut g = c.benchmark_group("host_overhead");
     g.measurement_time(Duration::from_secs(3));
@@ -236,6 +238,26 @@ fn cuda_calls(c: &mut Criterion) {
         b.iter_custom(|iters| time_bursts(&stream, iters, || unsafe { op.launch_cuda(&KERNELS, raw_stream, pa, pa, po) }.unwrap()))
     });
     g.bench_function("module_for_stream", |b| b.iter(|| unsafe { KERNELS.for_stream(raw_stream) }.unwrap()));
+    // The driver's own floor: cuLaunchKernel of the same kernel with prepared arguments.
+    let module = unsafe { KERNELS.for_stream(raw_stream) }.unwrap();
+    let f = module.function_with_shared("simple_add_f32", 0).unwrap();
+    let (mut pa2, mut po2, mut n2, mut v2) = (pa as u64, po as u64, n as u64, 1u32);
+    let mut params: [*mut c_void; 5] = [
+        &mut pa2 as *mut u64 as *mut c_void,
+        &mut pa2 as *mut u64 as *mut c_void,
+        &mut po2 as *mut u64 as *mut c_void,
+        &mut n2 as *mut u64 as *mut c_void,
+        &mut v2 as *mut u32 as *mut c_void,
+    ];
+    g.bench_function("cu_launch_kernel_floor", |b| {
+        b.iter_custom(|iters| {
+            time_bursts(&stream, iters, || unsafe {
+                sys::cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, raw_stream, params.as_mut_ptr(), std::ptr::null_mut())
+                    .result()
+                    .unwrap()
+            })
+        })
+    });
     g.finish();
 }
 
