@@ -14,6 +14,7 @@ step() { # name, command...
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 -c 'import jax, torch; print("jax", jax.__version__, "torch", torch.__version__, torch.version.cuda)'; } > "$OUT/device.txt" 2>&1
 step rust_gpu .gpu/bin/gpu --include-ignored --test-threads=1 --nocapture
+XGK_SOAK_REPORT=$OUT/soak.txt step soak .gpu/bin/soak --include-ignored --nocapture
 if [ "${XGK_SANITIZE:-1}" = 1 ]; then
   # Every tool over the invalid-metadata cases (all kernels) and the pipelined kernel's short
   # cases (every variant): small enough for racecheck.

@@ -73,6 +73,12 @@ impl KernelModule {
         KernelModule { ptx, contexts: Mutex::new(Vec::new()) }
     }
 
+    /// How many CUDA contexts have this module loaded (a leak check: it grows only with new
+    /// contexts, never per call).
+    pub fn loaded_contexts(&self) -> usize {
+        self.contexts.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// The PTX text, without its terminating NUL.
     pub fn ptx(&self) -> &'static str {
         self.ptx.trim_end_matches('\0')
