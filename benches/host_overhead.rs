@@ -235,7 +235,9 @@ fn cuda_calls(c: &mut Criterion) {
     let op = xla_gpu_kernels::host::ops::simple_add::SimpleAdd { dtype: DType::F32, len: n };
     let raw_stream = stream.cu_stream();
     g.bench_function("simple_add_launch_1024", |b| {
-        b.iter_custom(|iters| time_bursts(&stream, iters, || unsafe { op.launch_cuda(&KERNELS, raw_stream, pa, pa, po) }.unwrap()))
+        b.iter_custom(|iters| {
+            time_bursts(&stream, iters, || unsafe { op.launch_cuda(&KERNELS, raw_stream, pa, pa, po) }.unwrap())
+        })
     });
     g.bench_function("module_for_stream", |b| b.iter(|| unsafe { KERNELS.for_stream(raw_stream) }.unwrap()));
     // The driver's own floor: cuLaunchKernel of the same kernel with prepared arguments.

@@ -159,7 +159,17 @@ pub unsafe extern "C" fn xgk_paged_attention(
     err: *mut c_char,
     err_len: usize,
 ) -> i32 {
-    host::capi::paged_attention(&KERNELS, platform, stream as _, tensors, attrs, workspace, workspace_bytes, err, err_len)
+    host::capi::paged_attention(
+        &KERNELS,
+        platform,
+        stream as _,
+        tensors,
+        attrs,
+        workspace,
+        workspace_bytes,
+        err,
+        err_len,
+    )
 }
 
 /// C API: the workspace bytes a paged attention call of these shapes needs on CUDA device

@@ -472,7 +472,12 @@ fn paged_attention_workspace_modes_agree() {
             let modes: Vec<WorkspaceMode> = if kernel == KernelChoice::Tiled {
                 vec![WorkspaceMode::Allocate, WorkspaceMode::Exact] // an explicit Tiled needs its plan
             } else {
-                vec![WorkspaceMode::Allocate, WorkspaceMode::Exact, WorkspaceMode::Percent(40), WorkspaceMode::Percent(0)]
+                vec![
+                    WorkspaceMode::Allocate,
+                    WorkspaceMode::Exact,
+                    WorkspaceMode::Percent(40),
+                    WorkspaceMode::Percent(0),
+                ]
             };
             for mode in modes {
                 let label = format!("{kernel:?} {mode:?} (exact {exact} bytes) {:?}", &case.kv_lens);

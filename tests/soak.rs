@@ -122,26 +122,21 @@ fn attrs(c: &Case) -> XgkPagedAttentionAttrs {
 
 /// Calls the C API on `d` (optionally with one descriptor or attribute broken); returns the code
 /// and message.
-fn call_attention(
-    d: &DeviceCase,
-    stream: &Arc<CudaStream>,
-    allocate: bool,
-    breakage: Option<u32>,
-) -> (i32, String) {
+fn call_attention(d: &DeviceCase, stream: &Arc<CudaStream>, allocate: bool, breakage: Option<u32>) -> (i32, String) {
     let c = &d.case;
     let mut dm = dims(c);
     let dtypes = [c.q_dtype, c.kv_dtype, DType::S32, DType::S32, DType::S32, DType::S32, c.q_dtype];
     let mut codes: Vec<i32> = dtypes.iter().map(|t| t.to_xla()).collect();
     let mut a = attrs(c);
     match breakage {
-        Some(0) => codes[0] = DType::S32.to_xla(),        // q of an integer dtype
-        Some(1) => dm[1][3] += 1,                          // head_dim of kv differs
-        Some(2) => dm[4][0] += 1,                          // cu_q_lens of the wrong length
-        Some(3) => codes[2] = DType::F32.to_xla(),         // kv_lens not int32
-        Some(4) => dm[0].push(1),                          // q of rank 4
+        Some(0) => codes[0] = DType::S32.to_xla(), // q of an integer dtype
+        Some(1) => dm[1][3] += 1,                  // head_dim of kv differs
+        Some(2) => dm[4][0] += 1,                  // cu_q_lens of the wrong length
+        Some(3) => codes[2] = DType::F32.to_xla(), // kv_lens not int32
+        Some(4) => dm[0].push(1),                  // q of rank 4
         Some(5) => (a.has_sliding_window, a.sliding_window) = (1, 0), // window 0
         Some(6) => (a.has_soft_cap, a.soft_cap) = (1, 0.0), // soft cap 0
-        Some(7) => dm[1][2] = 3,                           // odd combined KV head axis
+        Some(7) => dm[1][2] = 3,                   // odd combined KV head axis
         _ => {}
     }
     let ptrs = [
@@ -157,8 +152,11 @@ fn call_attention(
         .map(|i| XgkTensor { data: ptrs[i], dtype: codes[i], rank: dm[i].len() as i64, dims: dm[i].as_ptr() })
         .collect();
     let mut err = [0 as c_char; 512];
-    let (ws, ws_bytes) =
-        if allocate { (std::ptr::null_mut(), ALLOCATE_WORKSPACE) } else { (ptr(&d.workspace, stream), d.workspace_bytes) };
+    let (ws, ws_bytes) = if allocate {
+        (std::ptr::null_mut(), ALLOCATE_WORKSPACE)
+    } else {
+        (ptr(&d.workspace, stream), d.workspace_bytes)
+    };
     let code = unsafe {
         xgk_paged_attention(1, stream.cu_stream() as _, descs.as_ptr(), &a, ws, ws_bytes, err.as_mut_ptr(), err.len())
     };
@@ -198,7 +196,9 @@ fn worker(
         .map(|&t| {
             let (a, b) = (encode(t, &a_host), encode(t, &b_host));
             let mut want = vec![0u8; a.len()];
-            xla_gpu_kernels::host::ops::simple_add::SimpleAdd { dtype: t, len: max_n }.run_cpu(&a, &b, &mut want).unwrap();
+            xla_gpu_kernels::host::ops::simple_add::SimpleAdd { dtype: t, len: max_n }
+                .run_cpu(&a, &b, &mut want)
+                .unwrap();
             (stream.clone_htod(&a).unwrap(), stream.clone_htod(&b).unwrap(), stream.alloc_zeros(a.len()).unwrap(), want)
         })
         .collect();
@@ -223,12 +223,14 @@ fn worker(
                     XgkTensor { data: ptr(out, &stream), dtype: t.to_xla(), rank: 1, dims: dims_a.as_ptr() },
                 ];
                 let mut err = [0 as c_char; 256];
-                let code = unsafe {
-                    xgk_simple_add(1, stream.cu_stream() as _, descs.as_ptr(), err.as_mut_ptr(), err.len())
-                };
+                let code =
+                    unsafe { xgk_simple_add(1, stream.cu_stream() as _, descs.as_ptr(), err.as_mut_ptr(), err.len()) };
                 if bad {
                     let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
-                    assert!(code == 1 && msg.contains("shape"), "thread {id} call {i}: bad simple_add gave {code} {msg:?}");
+                    assert!(
+                        code == 1 && msg.contains("shape"),
+                        "thread {id} call {i}: bad simple_add gave {code} {msg:?}"
+                    );
                     counters.rejected.fetch_add(1, Ordering::Relaxed);
                 } else {
                     assert_eq!(code, 0, "thread {id} call {i}: simple_add failed");

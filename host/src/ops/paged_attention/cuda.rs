@@ -348,14 +348,7 @@ enum LaunchPlan {
     /// `rpa_plan`, then one block per (plan item, KV head).
     Tiled { name: &'static str, rows: u32, capacity: u64 },
     /// One block per (row, head chunk, split), plus the merge when `splits > 1`.
-    Direct {
-        name: &'static str,
-        threads: u32,
-        shared_bytes: u32,
-        grid_y: u32,
-        splits: u32,
-        split_len: u32,
-    },
+    Direct { name: &'static str, threads: u32, shared_bytes: u32, grid_y: u32, splits: u32, split_len: u32 },
 }
 
 // The plan cache's values are plain data.
@@ -649,7 +642,8 @@ unsafe fn launch_direct(
     }
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
-    let cfg = LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
+    let cfg =
+        LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
     module.launch(stream, combine_kernel(spec), cfg, &mut args.pointers())
 }
 
