@@ -140,8 +140,18 @@ def jax_sync_child(out_path):
         f = jax.jit(lambda *a: xk.ragged_paged_attention(*a, sm_scale=0.088))
         call_sync, _ = with_sync_us(lambda: f(*j).block_until_ready(), lambda: None)
         back, _ = host_us_per_call(lambda: f(*j), calls=200, rounds=5, sync=lambda: jax.block_until_ready(f(*j)))
-        rows[f"{batch}x{context}"] = {"call_sync_us": call_sync, "back_to_back_us": back}
-        del j
+        # A native XLA op of about the same duration (an elementwise add over an f32 array sized
+        # from our time at ~2.8 TB/s): JAX's own call + sync cost for an op that long.
+        n = max(1 << 16, int(back * 1e-6 * 2.8e12 / 8))
+        x = jnp.zeros((n,), jnp.float32)
+        native = jax.jit(lambda v: v + 1)
+        native_sync, _ = with_sync_us(lambda: native(x).block_until_ready(), lambda: None)
+        native_back, _ = host_us_per_call(lambda: native(x), calls=200, rounds=5,
+                                          sync=lambda: jax.block_until_ready(native(x)))
+        rows[f"{batch}x{context}"] = {"call_sync_us": call_sync, "back_to_back_us": back,
+                                      "native_same_duration": {"elements": n, "call_sync_us": native_sync,
+                                                               "back_to_back_us": native_back}}
+        del j, x
     json.dump(rows, open(out_path, "w"))
 
 
@@ -180,11 +190,16 @@ def part_sync(res, tmp):
             row[f"jax_{mode}_back_to_back_us"] = r[case]["back_to_back_us"]
             row[f"jax_{mode}_trivial_sync_us"] = r["trivial_sync_us"]
             row[f"jax_{mode}_budget_us"] = kernel + r["trivial_sync_us"]
+            nat = r[case]["native_same_duration"]
+            row[f"jax_{mode}_native_op_call_sync_us"] = nat["call_sync_us"]
+            row[f"jax_{mode}_native_op_back_to_back_us"] = nat["back_to_back_us"]
         rows.append(row)
         print(f"{case:>9}: kernel {kernel:.1f} us | torch call+sync {torch_sync:.1f} (budget "
               f"{kernel + trivial_torch:.1f}) | " + " | ".join(
                   f"jax[{m}] call+sync {row[f'jax_{m}_call_sync_us']:.1f} (budget {row[f'jax_{m}_budget_us']:.1f}), "
-                  f"back-to-back {row[f'jax_{m}_back_to_back_us']:.1f}" for m in jax_runs))
+                  f"back-to-back {row[f'jax_{m}_back_to_back_us']:.1f}; native op of that length: call+sync "
+                  f"{row[f'jax_{m}_native_op_call_sync_us']:.1f}, back-to-back "
+                  f"{row[f'jax_{m}_native_op_back_to_back_us']:.1f}" for m in jax_runs))
     res["call_and_sync"] = rows
 
 
