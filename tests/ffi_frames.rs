@@ -279,3 +279,36 @@ fn legacy_entry_points_report_malformed_opaques_through_the_status() {
     }
     assert!(status_message(&status).expect("status failed").contains("must be even"));
 }
+
+/// Faults stay errors: the CUDA handlers called where no launch can happen (CI: no driver at all;
+/// a GPU machine: no current context for the null stream) return an `XLA_FFI_Error` naming the
+/// cause, and the process goes on: the next call works.
+#[test]
+fn cuda_handlers_without_driver_or_context_return_errors() {
+    let mut rng = StdRng::from_entropy();
+    let mut case = random_case(&mut rng, DType::BF16, DType::BF16, 64, 1, 2, 4, &[(2, 9)], 0);
+    let mut out = vec![0u8; case.out_bytes()];
+    for _ in 0..3 {
+        let mut fb = pa_frame(&mut case, &mut out).stream(std::ptr::null_mut());
+        let (code, msg) = unsafe { take_error(xla_gpu_paged_attention_cuda(fb.frame())) }.expect("an error");
+        assert_ne!(code, 0);
+        assert!(
+            msg.contains("CUDA driver (libcuda.so) could not be loaded") || msg.contains("cuStreamGetCtx"),
+            "{msg}"
+        );
+        let mut a = vec![0u8; 16];
+        let mut fb = FrameBuilder::new()
+            .stream(std::ptr::null_mut())
+            .arg(DType::F32, &[4], ptr(&mut a))
+            .arg(DType::F32, &[4], ptr(&mut a))
+            .ret(DType::F32, &[4], ptr(&mut a));
+        let (_, msg) = unsafe { take_error(xla_gpu_simple_add_cuda(fb.frame())) }.expect("an error");
+        assert!(msg.contains("libcuda.so") || msg.contains("cuStreamGetCtx"), "{msg}");
+    }
+    // The process keeps working: the Host handler still computes.
+    let want = case.oracle();
+    let sm_scale = case.sm_scale;
+    let mut fb = pa_frame(&mut case, &mut out).f32_attr("sm_scale", sm_scale);
+    assert_eq!(unsafe { take_error(xla_gpu_paged_attention_host(fb.frame())) }, None);
+    assert_close(&case, &out, &want, "host call after CUDA faults");
+}
