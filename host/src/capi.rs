@@ -44,11 +44,27 @@ pub struct XgkPagedAttentionAttrs {
 pub const PLATFORM_CPU: i32 = 0;
 pub const PLATFORM_CUDA: i32 = 1;
 
-unsafe fn tensor<'a>(t: &XgkTensor) -> TensorRef<'a> {
-    let dims =
-        if t.rank <= 0 || t.dims.is_null() { &[][..] } else { std::slice::from_raw_parts(t.dims, t.rank as usize) };
-    TensorRef { data: t.data, dtype: DType::from_xla(t.dtype), dims }
+/// Largest rank a descriptor may declare: `dims` is read only for ranks in `0..=MAX_RANK`.
+pub const MAX_RANK: i64 = 64;
+
+/// Reads a descriptor; `name` is the tensor's name in errors. A rank outside `0..=MAX_RANK`, or
+/// NULL `dims` with a rank > 0, is an error (checked before `dims` is read).
+unsafe fn tensor<'a>(op: &str, name: &str, t: &XgkTensor) -> Result<TensorRef<'a>> {
+    if !(0..=MAX_RANK).contains(&t.rank) {
+        return Err(Error::invalid(format!("{op}: {name} has rank {}; expected 0..={MAX_RANK}", t.rank)));
+    }
+    let dims = if t.rank == 0 {
+        &[][..]
+    } else if t.dims.is_null() {
+        return Err(Error::invalid(format!("{op}: {name} has rank {} but NULL dims", t.rank)));
+    } else {
+        std::slice::from_raw_parts(t.dims, t.rank as usize)
+    };
+    Ok(TensorRef { data: t.data, dtype: DType::from_xla(t.dtype), dims })
 }
+
+/// Names of the paged attention descriptors, in order.
+const PAGED_ATTENTION_TENSORS: [&str; 7] = ["q", "kv_pages", "kv_lens", "page_indices", "cu_q_lens", "num_seqs", "out"];
 
 /// Return code of a rejected input (shape, dtype, attribute).
 pub const STATUS_INVALID_ARGUMENT: i32 = 1;
@@ -89,8 +105,12 @@ pub unsafe fn simple_add(
     err_len: usize,
 ) -> i32 {
     c_call(err, err_len, || {
+        if tensors.is_null() {
+            return Err(Error::invalid("simple_add: tensors must not be null"));
+        }
         let t = std::slice::from_raw_parts(tensors, 3);
-        let (a, b, out) = (tensor(&t[0]), tensor(&t[1]), tensor(&t[2]));
+        let op = "simple_add";
+        let (a, b, out) = (tensor(op, "a", &t[0])?, tensor(op, "b", &t[1])?, tensor(op, "out", &t[2])?);
         let op = SimpleAdd::from_tensors(&a, &b, &out)?;
         match platform {
             PLATFORM_CUDA => op.launch_cuda(kernels, stream, a.data, b.data, out.data),
@@ -111,7 +131,11 @@ unsafe fn paged_attention_op<'a>(
     if tensors.is_null() || attrs.is_null() {
         return Err(Error::invalid("paged_attention: tensors and attrs must not be null"));
     }
-    let t: Vec<TensorRef> = std::slice::from_raw_parts(tensors, 7).iter().map(|x| tensor(x)).collect();
+    let t: Vec<TensorRef> = std::slice::from_raw_parts(tensors, 7)
+        .iter()
+        .zip(PAGED_ATTENTION_TENSORS)
+        .map(|(x, name)| tensor("paged_attention", name, x))
+        .collect::<Result<_>>()?;
     let a = &*attrs;
     let attrs = Attributes {
         sm_scale: a.sm_scale,

@@ -46,6 +46,10 @@ pub(crate) mod elem {
     }
 }
 
+/// Bytes any one buffer of an op may declare (exclusive): 2^62, so that byte counts are exact in
+/// `usize` and host slices stay below `isize::MAX`, whatever the dims say.
+pub const MAX_BUFFER_BYTES: usize = 1 << 62;
+
 /// Whether `ptr` is aligned to `align` bytes.
 pub(crate) fn aligned(ptr: *const std::ffi::c_void, align: usize) -> bool {
     (ptr as usize).is_multiple_of(align)

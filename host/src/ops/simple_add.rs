@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use kernels_gpu::kernels::simple_add::vector_width;
 
-use super::{aligned, elem};
+use super::{aligned, elem, MAX_BUFFER_BYTES};
 use crate::dtype::{DType, TensorRef};
 use crate::error::Result;
 use crate::runtime::{KernelArgs, KernelModule, LaunchConfig, Stream};
@@ -31,6 +31,18 @@ impl SimpleAdd {
             out.describe()
         );
         let Some(len) = a.num_elements() else { invalid!("simple_add: invalid shape {}", a.describe()) };
+        Self::new(dtype, len).map_err(|_| crate::Error::invalid(format!("simple_add: {} is too large", a.describe())))
+    }
+
+    /// The op on `len` elements of `dtype`: a supported dtype, and at most 2^62 bytes per buffer
+    /// (so byte counts never overflow and host slices stay within `isize::MAX`).
+    pub fn new(dtype: DType, len: usize) -> Result<Self> {
+        let dtype = Self::check_dtype(dtype)?;
+        let bytes = len.checked_mul(dtype.size_bytes().unwrap());
+        ensure!(
+            bytes.is_some_and(|b| b < MAX_BUFFER_BYTES),
+            "simple_add: {len} elements of {dtype} is too large (at most 2^62 bytes per buffer)"
+        );
         Ok(SimpleAdd { dtype, len })
     }
 

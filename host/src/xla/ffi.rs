@@ -94,6 +94,14 @@ pub struct Scalar {
     pub value: *mut c_void,
 }
 
+/// `XLA_FFI_Array` (dense, flattened; `size` elements of `dtype`).
+#[repr(C)]
+pub struct Array {
+    pub dtype: i32,
+    pub size: usize,
+    pub data: *mut c_void,
+}
+
 /// `XLA_FFI_CallFrame` (STRUCT_SIZE 168: `future` lies beyond it).
 #[repr(C)]
 pub struct CallFrame {
@@ -273,8 +281,8 @@ impl<'a> Call<'a> {
         // SAFETY: `v` points at a value of `dtype`.
         let value = unsafe {
             match dtype {
-                DType::F32 => *(v as *const f32),
-                DType::F64 => *(v as *const f64) as f32,
+                DType::F32 => (v as *const f32).read_unaligned(),
+                DType::F64 => (v as *const f64).read_unaligned() as f32,
                 _ => read_int(dtype, v).map(|i| i as f32).ok_or_else(|| {
                     Error::invalid(format!("attribute '{name}' must be a float (f32 or f64), got {dtype}"))
                 })?,
@@ -296,7 +304,8 @@ impl<'a> Call<'a> {
     pub fn only_attributes(&self, op: &str, known: &[&str]) -> Result<()> {
         for name in self.attribute_names() {
             if !known.contains(&name.as_str()) {
-                return Err(Error::invalid(format!("{op}: unknown attribute '{name}'; known: {}", known.join(", "))));
+                let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                return Err(Error::invalid(format!("{op}: unknown attribute '{name}'; known: {known}")));
             }
         }
         Ok(())
@@ -333,13 +342,13 @@ unsafe fn read_int(dtype: DType, v: *mut c_void) -> Option<i64> {
     Some(match dtype {
         DType::Pred => *(v as *const u8) as i64,
         DType::S8 => *(v as *const i8) as i64,
-        DType::S16 => *(v as *const i16) as i64,
-        DType::S32 => *(v as *const i32) as i64,
-        DType::S64 => *(v as *const i64),
+        DType::S16 => (v as *const i16).read_unaligned() as i64,
+        DType::S32 => (v as *const i32).read_unaligned() as i64,
+        DType::S64 => (v as *const i64).read_unaligned(),
         DType::U8 => *(v as *const u8) as i64,
-        DType::U16 => *(v as *const u16) as i64,
-        DType::U32 => *(v as *const u32) as i64,
-        DType::U64 => i64::try_from(*(v as *const u64)).ok()?,
+        DType::U16 => (v as *const u16).read_unaligned() as i64,
+        DType::U32 => (v as *const u32).read_unaligned() as i64,
+        DType::U64 => i64::try_from((v as *const u64).read_unaligned()).ok()?,
         _ => return None,
     })
 }
@@ -362,7 +371,15 @@ unsafe fn buffer_at<'a>(list: &Args, i: usize, what: &str) -> Result<TensorRef<'
     if b.struct_size < 48 {
         return Err(Error::invalid(format!("{what} {i}: unexpected XLA_FFI_Buffer size {}", b.struct_size)));
     }
-    let dims = if b.rank <= 0 { &[][..] } else { std::slice::from_raw_parts(b.dims, b.rank as usize) };
+    let dims = if b.rank == 0 {
+        &[][..]
+    } else if b.rank < 0 {
+        return Err(Error::invalid(format!("{what} {i}: negative rank {}", b.rank)));
+    } else if b.dims.is_null() {
+        return Err(Error::invalid(format!("{what} {i}: rank {} with NULL dims", b.rank)));
+    } else {
+        std::slice::from_raw_parts(b.dims, b.rank as usize)
+    };
     Ok(TensorRef { data: b.data, dtype: DType::from_xla(b.dtype), dims })
 }
 
@@ -458,7 +475,9 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Builders of synthetic call frames, for tests of the decoding without XLA.
+/// Builders of synthetic call frames, for tests of the decoding without XLA. The `raw_*` builders
+/// set every field a runtime could (any type and dtype codes, ranks, NULL dims, attribute kinds
+/// and name bytes) for the `ffi_call_frame` fuzz target (`fuzz/`).
 pub mod testing {
     use super::*;
 
@@ -504,12 +523,14 @@ pub mod testing {
         arg_types: Vec<i32>,
         ret_types: Vec<i32>,
         names: Vec<Box<ByteSpan>>,
-        name_strs: Vec<Box<str>>,
+        name_bytes: Vec<Box<[u8]>>,
         name_ptrs: Vec<*const ByteSpan>,
         attr_types: Vec<i32>,
         attr_ptrs: Vec<*mut c_void>,
         scalars: Vec<Box<Scalar>>,
         values: Vec<Box<[u8; 8]>>,
+        /// Storage of the raw buffers and attributes of the `raw_*` builders.
+        keep: Vec<Box<dyn std::any::Any>>,
         pub api: Box<Api>,
         pub frame: Box<CallFrame>,
         pub stage: i32,
@@ -572,12 +593,13 @@ pub mod testing {
                 arg_types: vec![],
                 ret_types: vec![],
                 names: vec![],
-                name_strs: vec![],
+                name_bytes: vec![],
                 name_ptrs: vec![],
                 attr_types: vec![],
                 attr_ptrs: vec![],
                 scalars: vec![],
                 values: vec![],
+                keep: vec![],
                 api,
                 frame,
                 stage: STAGE_EXECUTE,
@@ -621,19 +643,109 @@ pub mod testing {
             self
         }
 
+        /// An argument entry with every field chosen by the caller (fuzzing): its `XLA_FFI_ArgType`
+        /// code, the `XLA_FFI_Buffer`'s `struct_size`, dtype code and `rank`, and `dims` (`None`:
+        /// a NULL dims pointer; else the array the pointer points at, whatever `rank` says).
+        pub fn raw_arg(mut self, kind: i32, buffer: RawBuffer<'_>) -> Self {
+            let p = self.raw_buffer(buffer);
+            self.arg_ptrs.push(p);
+            self.arg_types.push(kind);
+            self
+        }
+
+        /// A result entry, as [`FrameBuilder::raw_arg`].
+        pub fn raw_ret(mut self, kind: i32, buffer: RawBuffer<'_>) -> Self {
+            let p = self.raw_buffer(buffer);
+            self.ret_ptrs.push(p);
+            self.ret_types.push(kind);
+            self
+        }
+
+        fn raw_buffer(&mut self, r: RawBuffer<'_>) -> *mut c_void {
+            let d: Option<Box<[i64]>> = r.dims.map(Into::into);
+            let mut b = Box::new(Buffer {
+                struct_size: r.struct_size,
+                extension_start: std::ptr::null_mut(),
+                dtype: r.dtype_code,
+                data: r.data,
+                rank: r.rank,
+                dims: d.as_ref().map_or(std::ptr::null(), |d| d.as_ptr()),
+            });
+            let p = &mut *b as *mut Buffer as *mut c_void;
+            if let Some(d) = d {
+                self.dims.push(d);
+            }
+            self.buffers.push(b);
+            p
+        }
+
         /// A scalar attribute of `dtype` holding the little-endian bytes of `value`.
-        pub fn scalar(mut self, name: &str, dtype: DType, value: [u8; 8]) -> Self {
-            let mut v = Box::new(value);
-            let mut s = Box::new(Scalar { dtype: dtype.to_xla(), value: v.as_mut_ptr() as *mut c_void });
-            self.attr_ptrs.push(&mut *s as *mut Scalar as *mut c_void);
-            self.attr_types.push(ATTR_SCALAR);
-            let name: Box<str> = name.into();
+        pub fn scalar(self, name: &str, dtype: DType, value: [u8; 8]) -> Self {
+            self.raw_scalar(name.as_bytes(), dtype.to_xla(), value)
+        }
+
+        /// Appends an attribute entry: `name` (any bytes, UTF-8 or not), `kind` and value pointer.
+        fn push_attr(&mut self, name: &[u8], kind: i32, ptr: *mut c_void) {
+            let name: Box<[u8]> = name.into();
             let span = Box::new(ByteSpan { ptr: name.as_ptr(), len: name.len() });
             self.name_ptrs.push(&*span as *const ByteSpan);
             self.names.push(span);
-            self.name_strs.push(name);
+            self.name_bytes.push(name);
+            self.attr_types.push(kind);
+            self.attr_ptrs.push(ptr);
+        }
+
+        /// A SCALAR attribute with any name bytes and any `XLA_FFI_DataType` code (fuzzing).
+        pub fn raw_scalar(mut self, name: &[u8], dtype_code: i32, value: [u8; 8]) -> Self {
+            let mut v = Box::new(value);
+            let mut s = Box::new(Scalar { dtype: dtype_code, value: v.as_mut_ptr() as *mut c_void });
+            self.push_attr(name, ATTR_SCALAR, &mut *s as *mut Scalar as *mut c_void);
             self.scalars.push(s);
             self.values.push(v);
+            self
+        }
+
+        /// An ARRAY attribute (`XLA_FFI_Array`) of `data.len() / elem_bytes` elements.
+        pub fn raw_array(mut self, name: &[u8], dtype_code: i32, elem_bytes: usize, data: &[u8]) -> Self {
+            let mut bytes: Box<[u8]> = data.into();
+            let size = data.len() / elem_bytes.max(1);
+            let mut a = Box::new(Array { dtype: dtype_code, size, data: bytes.as_mut_ptr() as *mut c_void });
+            self.push_attr(name, ATTR_ARRAY, &mut *a as *mut Array as *mut c_void);
+            self.keep.push(Box::new(bytes));
+            self.keep.push(a);
+            self
+        }
+
+        /// A STRING attribute (an `XLA_FFI_ByteSpan` over `value`).
+        pub fn raw_string(mut self, name: &[u8], value: &[u8]) -> Self {
+            let bytes: Box<[u8]> = value.into();
+            let mut span = Box::new(ByteSpan { ptr: bytes.as_ptr(), len: bytes.len() });
+            self.push_attr(name, ATTR_STRING, &mut *span as *mut ByteSpan as *mut c_void);
+            self.keep.push(Box::new(bytes));
+            self.keep.push(span);
+            self
+        }
+
+        /// An empty DICTIONARY attribute (a nested `XLA_FFI_Attrs` of size 0).
+        pub fn raw_dictionary(mut self, name: &[u8]) -> Self {
+            let mut d = Box::new(Attrs {
+                struct_size: 48,
+                extension_start: std::ptr::null_mut(),
+                size: 0,
+                types: std::ptr::null(),
+                names: std::ptr::null(),
+                attrs: std::ptr::null(),
+            });
+            self.push_attr(name, ATTR_DICTIONARY, &mut *d as *mut Attrs as *mut c_void);
+            self.keep.push(d);
+            self
+        }
+
+        /// An attribute of an arbitrary (unknown) kind code, pointing at 32 zero bytes.
+        pub fn raw_kind(mut self, name: &[u8], kind: i32) -> Self {
+            let mut z = Box::new([0u64; 4]);
+            self.push_attr(name, kind, z.as_mut_ptr() as *mut c_void);
+            self.keep.push(z);
             self
         }
 
@@ -668,6 +780,16 @@ pub mod testing {
             f.attrs.attrs = self.attr_ptrs.as_ptr();
             f
         }
+    }
+
+    /// The fields of an `XLA_FFI_Buffer` for [`FrameBuilder::raw_arg`] / [`FrameBuilder::raw_ret`].
+    #[derive(Clone, Copy, Debug)]
+    pub struct RawBuffer<'d> {
+        pub struct_size: usize,
+        pub dtype_code: i32,
+        pub data: *mut c_void,
+        pub rank: i64,
+        pub dims: Option<&'d [i64]>,
     }
 
     /// A metadata probe frame as XLA builds it at registration, and its metadata.
@@ -706,6 +828,8 @@ mod tests {
         assert_eq!(offset_of!(Metadata, traits), 32);
         assert_eq!(offset_of!(MetadataExtension, metadata), 24);
         assert_eq!(size_of::<Buffer>(), 48);
+        assert_eq!(size_of::<Array>(), 24);
+        assert_eq!(offset_of!(Array, data), 16);
         assert_eq!(size_of::<Args>(), 40);
         assert_eq!(size_of::<Attrs>(), 48);
         assert_eq!(offset_of!(CallFrame, args), 40);

@@ -55,16 +55,18 @@ pub unsafe fn simple_add_host(frame: *mut ffi::CallFrame) -> *mut FfiError {
 /// # Safety
 /// `a`, `b` and `out` must be host allocations of `op.len` elements of `op.dtype`.
 pub unsafe fn run_simple_add_cpu(op: SimpleAdd, a: *mut c_void, b: *mut c_void, out: *mut c_void) -> Result<()> {
-    let bytes = op.len * op.dtype.size_bytes().unwrap();
-    op.run_cpu(host_bytes(a, bytes), host_bytes(b, bytes), host_bytes_mut(out, bytes))
+    let bytes = op.len * op.dtype.size_bytes().unwrap(); // exact: SimpleAdd bounds the bytes
+    let name = "simple_add";
+    op.run_cpu(host_bytes(name, "a", a, bytes)?, host_bytes(name, "b", b, bytes)?, host_bytes_mut(name, "out", out, bytes)?)
 }
 
-fn simple_add_from_opaque(opaque: &[u8]) -> Result<SimpleAdd> {
+/// Validates a simple_add opaque (`xgk1;op=simple_add;dtype=..;n=..`) into the op.
+pub fn simple_add_from_opaque(opaque: &[u8]) -> Result<SimpleAdd> {
     let o = Opaque::parse(opaque)?;
     o.expect("simple_add", &["dtype", "n"])?;
     let dtype = SimpleAdd::check_dtype(o.dtype("dtype")?)?;
     let len = usize::try_from(o.u64("n")?).map_err(|_| Error::invalid("n is too large"))?;
-    Ok(SimpleAdd { dtype, len })
+    SimpleAdd::new(dtype, len)
 }
 
 /// Legacy (api_version 1 and 2) body of `XlaGpuSimpleAdd`: buffers `[a, b, out]`.
@@ -159,19 +161,21 @@ pub unsafe fn paged_attention_host(frame: *mut ffi::CallFrame) -> *mut FfiError 
 /// # Safety
 /// Every pointer must be a host allocation of the shape and dtype `op` was validated against.
 pub unsafe fn run_paged_attention_cpu(op: &PagedAttention, t: [*mut c_void; 7]) -> Result<()> {
+    // Exact: `PagedAttention::from_tensors` bounds every buffer's bytes.
     let (q_elems, kv_elems, table) = op.element_counts();
     let qb = q_elems * op.q_dtype.size_bytes().unwrap();
     let kvb = kv_elems * op.kv_dtype.size_bytes().unwrap();
     let seqs = op.max_num_seqs as usize;
+    let name = "paged_attention";
     paged_attention::run_cpu(
         op,
-        host_bytes(t[0], qb),
-        host_bytes(t[1], kvb),
-        host_i32(t[2], seqs),
-        host_i32(t[3], table),
-        host_i32(t[4], seqs + 1),
-        host_i32(t[5], 1),
-        host_bytes_mut(t[6], qb),
+        host_bytes(name, "q", t[0], qb)?,
+        host_bytes(name, "kv_pages", t[1], kvb)?,
+        host_i32(name, "kv_lens", t[2], seqs)?,
+        host_i32(name, "page_indices", t[3], table)?,
+        host_i32(name, "cu_q_lens", t[4], seqs + 1)?,
+        host_i32(name, "num_seqs", t[5], 1)?,
+        host_bytes_mut(name, "out", t[6], qb)?,
     )
 }
 
@@ -195,13 +199,23 @@ pub fn paged_attention_from_opaque(opaque: &[u8]) -> Result<PagedAttention> {
     o.expect("paged_attention", &PAGED_ATTENTION_OPAQUE_KEYS)?;
     let (q_dtype, q_dims) = o.shape("q")?;
     let (kv_dtype, kv_dims) = o.shape("kv")?;
-    let max_num_seqs = o.u64("max_num_seqs")? as i64;
-    let pages_per_seq = o.u64("pages_per_seq")? as i64;
+    // Counts must fit the u32 the op holds them in (and `max_num_seqs + 1` must not overflow).
+    let count = |key: &str| -> Result<i64> {
+        let v = o.u64(key)?;
+        u32::try_from(v)
+            .map(i64::from)
+            .map_err(|_| Error::invalid(format!("paged_attention: opaque field '{key}' = {v} is out of range")))
+    };
+    let max_num_seqs = count("max_num_seqs")?;
+    let pages_per_seq = count("pages_per_seq")?;
     let attrs = Attributes {
         sm_scale: o.f32_opt("sm_scale")?.unwrap_or(1.0),
         sliding_window: o
             .u64_opt("sliding_window")?
-            .map(|w| Attributes::sliding_window_from_i64(w as i64))
+            .map(|w| match i64::try_from(w) {
+                Ok(w) => Attributes::sliding_window_from_i64(w),
+                Err(_) => Err(Error::invalid(format!("sliding_window {w} is too large"))),
+            })
             .transpose()?,
         soft_cap: o.f32_opt("soft_cap")?,
         mask_value: o.f32_opt("mask_value")?,
@@ -276,26 +290,30 @@ unsafe fn legacy_buffers<const N: usize>(buffers: *mut *mut c_void) -> Result<[*
     Ok(out)
 }
 
-unsafe fn host_bytes<'a>(p: *mut c_void, len: usize) -> &'a [u8] {
-    if len == 0 {
-        &[]
-    } else {
-        std::slice::from_raw_parts(p as *const u8, len)
+/// Whether the host buffer `p` of `bytes` bytes is to be read (false: empty). An error naming the
+/// buffer when `p` is NULL (or, for `align` > 1, misaligned) while `bytes` > 0: the slices made
+/// from it would be undefined behaviour.
+unsafe fn host_ptr(op: &str, name: &str, p: *mut c_void, bytes: usize, align: usize) -> Result<bool> {
+    if bytes == 0 {
+        return Ok(false);
     }
+    if p.is_null() {
+        return Err(Error::invalid(format!("{op}: {name} is a NULL pointer but its shape needs {bytes} bytes")));
+    }
+    if !crate::ops::aligned(p, align) {
+        return Err(Error::invalid(format!("{op}: {name} data pointer {p:p} is not {align}-byte aligned")));
+    }
+    Ok(true)
 }
 
-unsafe fn host_bytes_mut<'a>(p: *mut c_void, len: usize) -> &'a mut [u8] {
-    if len == 0 {
-        &mut []
-    } else {
-        std::slice::from_raw_parts_mut(p as *mut u8, len)
-    }
+unsafe fn host_bytes<'a>(op: &str, name: &str, p: *mut c_void, len: usize) -> Result<&'a [u8]> {
+    Ok(if host_ptr(op, name, p, len, 1)? { std::slice::from_raw_parts(p as *const u8, len) } else { &[] })
 }
 
-unsafe fn host_i32<'a>(p: *mut c_void, len: usize) -> &'a [i32] {
-    if len == 0 {
-        &[]
-    } else {
-        std::slice::from_raw_parts(p as *const i32, len)
-    }
+unsafe fn host_bytes_mut<'a>(op: &str, name: &str, p: *mut c_void, len: usize) -> Result<&'a mut [u8]> {
+    Ok(if host_ptr(op, name, p, len, 1)? { std::slice::from_raw_parts_mut(p as *mut u8, len) } else { &mut [] })
+}
+
+unsafe fn host_i32<'a>(op: &str, name: &str, p: *mut c_void, len: usize) -> Result<&'a [i32]> {
+    Ok(if host_ptr(op, name, p, len * 4, 4)? { std::slice::from_raw_parts(p as *const i32, len) } else { &[] })
 }

@@ -189,9 +189,18 @@ impl PagedAttention {
             q.describe(),
             out.describe()
         );
-        // Index arithmetic in the kernels is 64-bit; keep every count inside it and the grid limits.
+        // Index arithmetic in the kernels is 64-bit; keep every count inside it and the grid limits,
+        // and every buffer's bytes below 2^62 (exact in usize, host slices below isize::MAX).
+        let max_bytes = crate::ops::MAX_BUFFER_BYTES as u128;
         let kv_elems = (total_pages as u128) * (page_size as u128) * (combined as u128) * (head_dim as u128);
-        ensure!(kv_elems < (1u128 << 62), "kv_pages is too large ({kv_elems} elements)");
+        ensure!(
+            kv_elems * (kv_pages.dtype.size_bytes().unwrap() as u128) < max_bytes,
+            "kv_pages is too large ({kv_elems} elements)"
+        );
+        let q_elems = (max_tokens as u128) * (num_q_heads as u128) * (head_dim as u128);
+        ensure!(q_elems * (q.dtype.size_bytes().unwrap() as u128) < max_bytes, "q is too large ({q_elems} elements)");
+        let table_elems = (max_num_seqs as u128) * (pages_per_seq as u128);
+        ensure!(table_elems * 4 < max_bytes, "page_indices is too large ({table_elems} elements)");
         ensure!(
             (pages_per_seq as u64) * (page_size as u64) < (1u64 << 31),
             "pages_per_seq * page_size must be < 2^31 tokens"
@@ -265,7 +274,8 @@ impl PagedAttention {
         dims_per_lane(self.head_dim).expect("validated head_dim")
     }
 
-    /// Element counts of (q, kv_pages, page_indices).
+    /// Element counts of (q, kv_pages, page_indices) (exact: [`PagedAttention::from_tensors`] bounds
+    /// each buffer's bytes by [`crate::ops::MAX_BUFFER_BYTES`]).
     pub fn element_counts(&self) -> (usize, usize, usize) {
         let q = self.max_tokens as usize * self.num_q_heads as usize * self.head_dim as usize;
         let kv = self.total_pages as usize
