@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The test suite (README's test command): Rust unit and integration tests (PTX + ptxas, FFI
-# decoding, CPU implementation vs a float64 oracle), then Python tests through a real XLA (JAX on
-# CPU) and torch. GPU tests are ignored (Rust) / deselected (pytest -m "not gpu") here: they run on
-# a GPU machine with scripts/gpu_check.sh.
+# decoding, CPU implementation vs a float64 oracle), the fuzz targets for a bounded time
+# (scripts/fuzz.sh; XGK_FUZZ_SECONDS per target, default 60), then Python tests through a real XLA
+# (JAX on CPU) and torch. GPU tests are ignored (Rust) / deselected (pytest -m "not gpu") here:
+# they run on a GPU machine with scripts/gpu_check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export XGK_PTXAS="$PWD/$(ls -d .venv/lib/python3*/site-packages/nvidia/cu13/bin | head -1)/ptxas"
 cargo build --release --lib
 cargo test --release --workspace
+bash scripts/fuzz.sh "${XGK_FUZZ_SECONDS:-60}"   # each fuzz target for 60 s: 0 crashes, 0 hangs
 export XLA_GPU_KERNELS_LIB="$PWD/target/release/libxla_gpu_kernels.so" JAX_PLATFORMS=cpu
 .venv/bin/python -m pytest -m "not gpu" -q tests/python
