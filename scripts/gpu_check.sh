@@ -23,6 +23,7 @@ if [ "${XGK_SANITIZE:-1}" = 1 ]; then
   done
 fi
 step jax_gpu python3 -m pytest -q -s -m gpu tests/python/test_jax_gpu.py
+step bad_inputs_gpu python3 -m pytest -q -s -m gpu tests/python/test_bad_inputs_gpu.py
 # Tensor/data parallel over several GPUs (test_sharding_gpu.py asserts >= 2 GPUs: on one GPU it is
 # listed as not run, never skipped silently).
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 SUPPORTED_HEAD_DIMS = (64, 80, 96, 112, 128, 192, 256)
 Q_DTYPES = ("float32", "float16", "bfloat16")
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
@@ -17,10 +20,35 @@ OPAQUE_DTYPE = {
 }
 
 
+def _check_attributes(sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale):
+    """TypeError unless each attribute is a static number (a Python or numpy scalar; an integer for
+    sliding_window), ValueError for values the library rejects."""
+    for name, value in (("sm_scale", sm_scale), ("soft_cap", soft_cap), ("mask_value", mask_value),
+                        ("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is not None and not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number (a Python or numpy scalar), got {type(value).__name__} {value!r}")
+    if sliding_window is not None:
+        if not isinstance(sliding_window, numbers.Integral):
+            raise TypeError(f"sliding_window must be an integer, got {type(sliding_window).__name__} {sliding_window!r}")
+        if sliding_window <= 0:
+            raise ValueError(f"sliding_window must be > 0, got {sliding_window}")
+        if sliding_window >= 2**32:
+            raise ValueError(f"sliding_window {sliding_window} is too large (must be < 2^32)")
+    for name, value in (("sm_scale", sm_scale), ("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+    if soft_cap is not None and (soft_cap == 0 or not math.isfinite(soft_cap)):
+        raise ValueError("soft_cap must not be 0" if soft_cap == 0 else f"soft_cap must be finite, got {soft_cap}")
+    if mask_value is not None and mask_value != mask_value:
+        raise ValueError("mask_value must not be NaN")
+
+
 def check_paged_attention(q_shape, q_dtype, kv_shape, kv_dtype, kv_lens_shape, page_indices_shape,
                           cu_q_lens_shape, num_seqs_shape, meta_dtypes, *, sliding_window, soft_cap,
-                          sm_scale=1.0, mask_value=None):
-    """Raises ValueError with a readable message when the inputs break the contract."""
+                          sm_scale=1.0, mask_value=None, k_scale=None, v_scale=None):
+    """Raises ValueError with a readable message when the inputs break the contract (TypeError
+    when an attribute is not a static number)."""
+    _check_attributes(sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
     q_dtype, kv_dtype = str(q_dtype), str(kv_dtype)
     if len(q_shape) != 3:
         raise ValueError(f"q must be [max_num_batched_tokens, num_q_heads, head_dim], got shape {tuple(q_shape)}")
@@ -51,12 +79,6 @@ def check_paged_attention(q_shape, q_dtype, kv_shape, kv_dtype, kv_lens_shape, p
         raise ValueError(f"cu_q_lens must be [max_num_seqs + 1 = {max_num_seqs + 1}], got shape {tuple(cu_q_lens_shape)}")
     if tuple(num_seqs_shape) != (1,):
         raise ValueError(f"num_seqs must have shape (1,), got {tuple(num_seqs_shape)}")
-    if sliding_window is not None and sliding_window <= 0:
-        raise ValueError(f"sliding_window must be > 0, got {sliding_window}")
-    if soft_cap is not None and soft_cap == 0:
-        raise ValueError("soft_cap must not be 0")
-    if mask_value is not None and mask_value != mask_value:
-        raise ValueError("mask_value must not be NaN")
 
 
 def paged_attention_opaque(q_shape, q_dtype, kv_shape, kv_dtype, max_num_seqs, pages_per_seq, *, sm_scale,

@@ -109,6 +109,7 @@ def ragged_paged_attention(
         {"kv_lens": kv_lens.dtype, "page_indices": page_indices.dtype, "cu_q_lens": cu_q_lens.dtype,
          "num_seqs": num_seqs.dtype},
         sliding_window=sliding_window, soft_cap=soft_cap, sm_scale=sm_scale, mask_value=mask_value,
+        k_scale=k_scale, v_scale=v_scale,
     )
     out = jax.ShapeDtypeStruct(q.shape, q.dtype)
     operands = (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs)

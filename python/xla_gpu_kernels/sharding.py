@@ -62,6 +62,9 @@ def _axes_size(mesh, entry) -> int:
 def check_head_split(num_q_heads: int, num_kv_heads: int, num_shards: int, where: str = "") -> None:
     """Raises ``ValueError`` unless ``num_shards`` devices can each take whole KV heads (with their
     K/V pairs and the GQA groups of query heads that use them)."""
+    if num_q_heads <= 0 or num_kv_heads <= 0:
+        raise ValueError(f"ragged_paged_attention: head counts must be > 0, got {num_q_heads} query heads / "
+                         f"{num_kv_heads} KV heads")
     if num_shards <= 1:
         return
     where = f" ({where})" if where else ""
@@ -232,7 +235,8 @@ def _check_contract(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, att
         {"kv_lens": kv_lens.dtype, "page_indices": page_indices.dtype, "cu_q_lens": cu_q_lens.dtype,
          "num_seqs": num_seqs.dtype},
         sliding_window=attrs.get("sliding_window"), soft_cap=attrs.get("soft_cap"),
-        sm_scale=attrs.get("sm_scale", 1.0), mask_value=attrs.get("mask_value"),
+        sm_scale=attrs.get("sm_scale", 1.0), mask_value=attrs.get("mask_value"), k_scale=attrs.get("k_scale"),
+        v_scale=attrs.get("v_scale"),
     )
 
 

@@ -46,6 +46,21 @@ def _same_device(tensors) -> int:
     return index
 
 
+def _check_args(op: str, names, tensors) -> None:
+    """TypeError for an argument that is not a tensor (None reaches the implementations), ValueError
+    for tensors on different devices. `get_device()` cannot tell CPU from "meta" (-1 for both), and
+    torch dispatches a CPU + meta mix to the fake implementation, so it compares `.device`."""
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if len({t.device for t in tensors}) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in zip(names, tensors))
+        raise ValueError(f"{op}: all tensors must be on one device, got {where}")
+
+
+_SIMPLE_ADD_ARGS = ("a", "b")
+_PAGED_ATTENTION_ARGS = ("q", "kv_pages", "kv_lens", "page_indices", "cu_q_lens", "num_seqs")
+
 _local = threading.local()
 
 
@@ -75,7 +90,11 @@ def _prepared(key, tensors, attrs_args, cuda_index):
 
 
 def _run_simple_add(a: torch.Tensor, b: torch.Tensor, platform: int) -> torch.Tensor:
-    a, b = a.contiguous(), b.contiguous()
+    try:
+        a, b = a.contiguous(), b.contiguous()
+    except AttributeError:  # not a tensor (None): checked only then, off the per-call path
+        _check_args("simple_add", _SIMPLE_ADD_ARGS, (a, b))
+        raise
     out = torch.empty_like(a)
     index = _same_device((a, b))
     descs, _, _ = _prepared(("add", a.dtype, a.shape, b.dtype, b.shape), (a, b, out), None, index)
@@ -89,8 +108,12 @@ def _run_simple_add(a: torch.Tensor, b: torch.Tensor, platform: int) -> torch.Te
 
 def _run_paged_attention(platform, q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=1.0,
                          sliding_window=None, soft_cap=None, mask_value=None, k_scale=None, v_scale=None):
-    inputs = (q.contiguous(), kv_pages.contiguous(), kv_lens.contiguous(), page_indices.contiguous(),
-              cu_q_lens.contiguous(), num_seqs.contiguous())
+    try:
+        inputs = (q.contiguous(), kv_pages.contiguous(), kv_lens.contiguous(), page_indices.contiguous(),
+                  cu_q_lens.contiguous(), num_seqs.contiguous())
+    except AttributeError:  # not a tensor (None): checked only then, off the per-call path
+        _check_args("paged_attention", _PAGED_ATTENTION_ARGS, (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs))
+        raise
     index = _same_device(inputs)
     out = torch.empty_like(inputs[0])
     attrs_args = (sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
@@ -168,6 +191,7 @@ def _paged_attention_xla(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs
 
 @torch.library.register_fake("xla_gpu::simple_add")
 def _simple_add_fake(a, b):
+    _check_args("simple_add", _SIMPLE_ADD_ARGS, (a, b))
     torch._check(a.shape == b.shape, lambda: f"simple_add: shape mismatch: {a.shape} vs {b.shape}")
     torch._check(a.dtype == b.dtype, lambda: f"simple_add: dtype mismatch: {a.dtype} vs {b.dtype}")
     return torch.empty_like(a)
@@ -176,6 +200,7 @@ def _simple_add_fake(a, b):
 @torch.library.register_fake("xla_gpu::paged_attention")
 def _paged_attention_fake(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=1.0, sliding_window=None,
                           soft_cap=None, mask_value=None, k_scale=None, v_scale=None):
+    _check_args("paged_attention", _PAGED_ATTENTION_ARGS, (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs))
     return torch.empty_like(q)
 
 
