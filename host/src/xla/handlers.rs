@@ -57,7 +57,11 @@ pub unsafe fn simple_add_host(frame: *mut ffi::CallFrame) -> *mut FfiError {
 pub unsafe fn run_simple_add_cpu(op: SimpleAdd, a: *mut c_void, b: *mut c_void, out: *mut c_void) -> Result<()> {
     let bytes = op.len * op.dtype.size_bytes().unwrap(); // exact: SimpleAdd bounds the bytes
     let name = "simple_add";
-    op.run_cpu(host_bytes(name, "a", a, bytes)?, host_bytes(name, "b", b, bytes)?, host_bytes_mut(name, "out", out, bytes)?)
+    op.run_cpu(
+        host_bytes(name, "a", a, bytes)?,
+        host_bytes(name, "b", b, bytes)?,
+        host_bytes_mut(name, "out", out, bytes)?,
+    )
 }
 
 /// Validates a simple_add opaque (`xgk1;op=simple_add;dtype=..;n=..`) into the op.
