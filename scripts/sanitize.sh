@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every compute-sanitizer tool (memcheck, racecheck, synccheck, initcheck) over the whole GPU
+# suite: each test of tests/gpu.rs on its own (case lists shrunk evenly by XGK_GPU_CASES_PERCENT,
+# default 25, so racecheck finishes), and the soak at XGK_SOAK_CALLS (default 2000) calls. Runs on
+# the GPU machine from the repository root with .gpu/ staged (scripts/stage_gpu.sh). Writes one
+# log per (tool, test) and a summary table to $OUT/sanitizers.md; exits non-zero if any tool
+# reported an error. SANITIZE_TOOLS / SANITIZE_TIMEOUT (seconds per run, default 500) narrow it.
+set -uo pipefail
+OUT=${OUT:-/tmp/xgk-out}; mkdir -p "$OUT"
+export XGK_GPU_CASES_PERCENT=${XGK_GPU_CASES_PERCENT:-25} XGK_SOAK_CALLS=${XGK_SOAK_CALLS:-2000}
+tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
+limit=${SANITIZE_TIMEOUT:-500}
+tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p')
+failed=0
+{
+  echo "# compute-sanitizer over the GPU suite ($(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"
+  echo
+  echo "XGK_GPU_CASES_PERCENT=$XGK_GPU_CASES_PERCENT, soak calls $XGK_SOAK_CALLS, timeout ${limit}s per run"
+  echo
+  echo "| tool | test | result | seconds |"
+  echo "|---|---|---|---:|"
+} > "$OUT/sanitizers.md"
+run() { # tool, label, command...
+  local tool=$1 label=$2; shift 2
+  local log="$OUT/san-$tool-$label.log" start=$SECONDS
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" > "$log" 2>&1
+  local rc=$?
+  local summary; summary=$(grep -h "ERROR SUMMARY" "$log" | tail -1 | sed 's/=* *//')
+  case $rc in
+    0) result="${summary:-ok}" ;;
+    124) result="timed out (${summary:-no summary})" ;;
+    *) result="FAILED rc=$rc (${summary:-see log})"; failed=1 ;;
+  esac
+  echo "| $tool | $label | $result | $((SECONDS - start)) |" >> "$OUT/sanitizers.md"
+}
+for tool in $tools; do
+  for t in $tests; do
+    run "$tool" "$t" .gpu/bin/gpu --include-ignored --exact --test-threads=1 "$t"
+  done
+  run "$tool" soak .gpu/bin/soak --include-ignored
+done
+cat "$OUT/sanitizers.md"
+exit $failed
