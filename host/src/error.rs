@@ -11,6 +11,10 @@ pub enum Error {
     /// No CUDA driver library could be loaded on this machine.
     #[error("the CUDA driver (libcuda.so) could not be loaded: no NVIDIA driver on this machine?")]
     NoDriver,
+    /// The CUDA driver library loaded but cannot serve the library (an entry point is missing, or
+    /// `cuInit` failed).
+    #[error("the CUDA driver cannot be used: {0}")]
+    Driver(String),
     /// A CUDA driver call failed.
     #[error("CUDA error in {call}: {code:?} ({message})")]
     Cuda { call: &'static str, code: CUresult, message: String },

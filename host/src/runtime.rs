@@ -21,20 +21,63 @@ use crate::error::{Error, Result};
 
 pub use cudarc::driver::sys::CUstream as Stream;
 
-/// Loads libcuda and calls `cuInit` once per process.
+/// Every driver entry point the library calls (through cudarc, which looks each up on first use
+/// and panics when one is missing): checked once, up front, so an older or partial driver is a
+/// clear error rather than a caught panic in the middle of a launch.
+const REQUIRED_ENTRY_POINTS: [&str; 19] = [
+    "cuInit",
+    "cuGetErrorString",
+    "cuGetErrorName",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxGetCurrent",
+    "cuCtxGetDevice",
+    "cuCtxGetId",
+    "cuCtxPushCurrent_v2",
+    "cuCtxPopCurrent_v2",
+    "cuStreamGetCtx",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuFuncSetAttribute",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuLaunchKernel",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+];
+
+/// Why the driver cannot be used (kept for the process: the answer does not change).
+#[derive(Clone, Debug)]
+enum DriverProblem {
+    /// No libcuda at all.
+    Absent,
+    /// libcuda without an entry point we need, or `cuInit` failed.
+    Unusable(String),
+}
+
+/// Loads libcuda, checks its entry points and calls `cuInit`, once per process.
 pub fn ensure_driver() -> Result<()> {
-    static INIT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    static INIT: OnceLock<std::result::Result<(), DriverProblem>> = OnceLock::new();
     let outcome = INIT.get_or_init(|| {
         // SAFETY: only probes whether the library can be opened.
         if !unsafe { sys::is_culib_present() } {
-            return Err(String::new());
+            return Err(DriverProblem::Absent);
         }
-        cu::init().map_err(|e| Error::cuda("cuInit", e).to_string())
+        // SAFETY: the library is present (checked above); `get` only looks symbols up.
+        let lib = unsafe { sys::culib() };
+        if let Some(missing) =
+            REQUIRED_ENTRY_POINTS.iter().find(|name| unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err())
+        {
+            return Err(DriverProblem::Unusable(format!(
+                "libcuda has no entry point {missing} (a driver older than CUDA 12.0?)"
+            )));
+        }
+        cu::init().map_err(|e| DriverProblem::Unusable(Error::cuda("cuInit", e).to_string()))
     });
     match outcome {
         Ok(()) => Ok(()),
-        Err(msg) if msg.is_empty() => Err(Error::NoDriver),
-        Err(msg) => Err(Error::invalid(msg.clone())),
+        Err(DriverProblem::Absent) => Err(Error::NoDriver),
+        Err(DriverProblem::Unusable(msg)) => Err(Error::Driver(msg.clone())),
     }
 }
 
