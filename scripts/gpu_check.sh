@@ -29,9 +29,10 @@ step bad_inputs_gpu python3 -m pytest -q -s -m gpu tests/python/test_bad_inputs_
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpu" -ge 2 ]; then
   step sharding_gpu python3 -m pytest -q -s -m gpu tests/python/test_sharding_gpu.py
+  step torch_multi_gpu python3 -m pytest -q -s -m gpu tests/python/test_torch_multi_gpu.py
   [ "${XGK_BENCH:-1}" = 1 ] && step tp_bench python3 benchmarks/tensor_parallel.py --out "$OUT/tensor-parallel.json"
 else
-  summary+=("$(printf '%-22s not run: %s GPU(s), needs >= 2 (nvidia-h200-x2)' sharding_gpu "$ngpu")")
+  summary+=("$(printf '%-22s not run: %s GPU(s), needs >= 2 (nvidia-h200-x2)' "sharding_gpu, torch_multi_gpu" "$ngpu")")
 fi
 step torch python3 -m pytest -q -s tests/python/test_torch.py tests/python/test_examples.py
 [ "${XGK_BENCH:-1}" = 1 ] && step bench .gpu/bin/kernels --bench --noplot
