@@ -37,15 +37,6 @@ def _code(t: torch.Tensor) -> int:
     return code
 
 
-def _same_device(tensors) -> int:
-    """The tensors' device index (-1 on the CPU); a clear error when they are on several devices."""
-    index = tensors[0].get_device()
-    for t in tensors:
-        if t.get_device() != index:
-            raise ValueError(f"all tensors must be on one device, got {sorted({str(x.device) for x in tensors})}")
-    return index
-
-
 def _check_args(op: str, names, tensors) -> None:
     """TypeError for an argument that is not a tensor (None reaches the implementations), ValueError
     for tensors on different devices. `get_device()` cannot tell CPU from "meta" (-1 for both), and
@@ -71,22 +62,43 @@ def _call_cache() -> dict:
     return cache
 
 
-def _prepared(key, tensors, attrs_args, cuda_index):
-    """This thread's (descriptors, attrs, workspace bytes) for a call signature: built once per
-    (shapes, dtypes, attributes, device), so a call only writes its data pointers."""
+class _Prepared:
+    """What a call signature needs, built once per thread: the descriptor array and a view of each
+    descriptor (a call writes only the data pointers), the attributes, the workspace size, and the
+    tensors' device index (-1 on the CPU)."""
+
+    __slots__ = ("descs", "views", "attrs", "nbytes", "index")
+
+    def __init__(self, op, names, tensors, attrs_args, platform):
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            where = ", ".join(f"{name} on {t.device}" for name, t in zip(names, tensors))
+            raise ValueError(f"{op}: all tensors must be on one device, got {where}")
+        self.index = tensors[0].get_device()
+        signature = tuple((_code(t), tuple(t.shape)) for t in tensors)
+        self.descs = _capi.descriptors(signature)
+        self.views = [self.descs[i] for i in range(len(signature))]
+        self.attrs = _capi.attrs(*attrs_args) if attrs_args is not None else None
+        self.nbytes = 0
+        if self.attrs is not None and platform == _capi.PLATFORM_CUDA:
+            # Temporary memory from torch's caching allocator (under CUDA-graph capture, from the
+            # graph's pool), never the driver's: sized by the library for these shapes.
+            self.nbytes = _capi.paged_attention_workspace_bytes(self.index, signature, self.attrs)
+
+
+def _prepared(key, op, names, tensors, attrs_args, platform) -> _Prepared:
+    """This thread's `_Prepared` for `key` (shapes, dtypes and devices of every tensor, the
+    attributes, the settings generation)."""
     cache = _call_cache()
     entry = cache.get(key)
     if entry is None:
-        signature = tuple((_code(t), tuple(t.shape)) for t in tensors)
-        descs = _capi.descriptors(signature)
-        attrs = _capi.attrs(*attrs_args) if attrs_args is not None else None
-        nbytes = 0
-        if attrs is not None and cuda_index >= 0:
-            # Temporary memory from torch's caching allocator (under CUDA-graph capture, from the
-            # graph's pool), never the driver's: sized by the library for these shapes.
-            nbytes = _capi.paged_attention_workspace_bytes(cuda_index, signature, attrs)
-        entry = cache[key] = (descs, attrs, nbytes)
+        if len(cache) >= _CALL_CACHE_ENTRIES:  # bounded: a NaN attribute never compares equal
+            cache.clear()
+        entry = cache[key] = _Prepared(op, names, tensors, attrs_args, platform)
     return entry
+
+
+_CALL_CACHE_ENTRIES = 1024
 
 
 def _run_simple_add(a: torch.Tensor, b: torch.Tensor, platform: int) -> torch.Tensor:
@@ -96,38 +108,47 @@ def _run_simple_add(a: torch.Tensor, b: torch.Tensor, platform: int) -> torch.Te
         _check_args("simple_add", _SIMPLE_ADD_ARGS, (a, b))
         raise
     out = torch.empty_like(a)
-    index = _same_device((a, b))
-    descs, _, _ = _prepared(("add", a.dtype, a.shape, b.dtype, b.shape), (a, b, out), None, index)
-    descs[0].data, descs[1].data, descs[2].data = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    p = _prepared((a.dtype, a.shape, a.device, b.dtype, b.shape, b.device), "simple_add", _SIMPLE_ADD_ARGS + ("out",),
+                  (a, b, out), None, platform)
+    v = p.views
+    v[0].data, v[1].data, v[2].data = a.data_ptr(), b.data_ptr(), out.data_ptr()
     # The library launches in the context of the stream it is given: no device guard needed.
-    stream = _raw_stream(index) if platform == _capi.PLATFORM_CUDA else 0
+    stream = _raw_stream(p.index) if platform == _capi.PLATFORM_CUDA else 0
     err = _capi.error_buffer()
-    _capi.check(_LIB().xgk_simple_add(platform, stream, descs, err, _capi.ERR_LEN), err)
+    code = _LIB().xgk_simple_add(platform, stream, p.descs, err, _capi.ERR_LEN)
+    if code:
+        _capi.check(code, err)
     return out
 
 
 def _run_paged_attention(platform, q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=1.0,
                          sliding_window=None, soft_cap=None, mask_value=None, k_scale=None, v_scale=None):
     try:
-        inputs = (q.contiguous(), kv_pages.contiguous(), kv_lens.contiguous(), page_indices.contiguous(),
-                  cu_q_lens.contiguous(), num_seqs.contiguous())
+        q, kv_pages, kv_lens = q.contiguous(), kv_pages.contiguous(), kv_lens.contiguous()
+        page_indices, cu_q_lens, num_seqs = page_indices.contiguous(), cu_q_lens.contiguous(), num_seqs.contiguous()
     except AttributeError:  # not a tensor (None): checked only then, off the per-call path
         _check_args("paged_attention", _PAGED_ATTENTION_ARGS, (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs))
         raise
-    index = _same_device(inputs)
-    out = torch.empty_like(inputs[0])
+    out = torch.empty_like(q)
     attrs_args = (sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
-    key = ("rpa", index, attrs_args, _capi.settings_generation()) + tuple((t.dtype, t.shape) for t in inputs)
-    descs, attrs, nbytes = _prepared(key, inputs + (out,), attrs_args, index if platform == _capi.PLATFORM_CUDA else -1)
-    for i in range(6):
-        descs[i].data = inputs[i].data_ptr()
-    descs[6].data = out.data_ptr()
-    workspace = None
+    key = (q.dtype, q.shape, q.device, kv_pages.dtype, kv_pages.shape, kv_pages.device, kv_lens.dtype, kv_lens.shape,
+           kv_lens.device, page_indices.dtype, page_indices.shape, page_indices.device, cu_q_lens.dtype,
+           cu_q_lens.shape, cu_q_lens.device, num_seqs.dtype, num_seqs.shape, num_seqs.device, attrs_args,
+           _capi._generation[0])
+    p = _prepared(key, "paged_attention", _PAGED_ATTENTION_ARGS + ("out",),
+                  (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, out), attrs_args, platform)
+    v = p.views
+    v[0].data, v[1].data, v[2].data = q.data_ptr(), kv_pages.data_ptr(), kv_lens.data_ptr()
+    v[3].data, v[4].data, v[5].data = page_indices.data_ptr(), cu_q_lens.data_ptr(), num_seqs.data_ptr()
+    v[6].data = out.data_ptr()
+    nbytes, workspace = p.nbytes, None
     if nbytes:
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=out.device).data_ptr()
-    stream = _raw_stream(index) if platform == _capi.PLATFORM_CUDA else 0
+    stream = _raw_stream(p.index) if platform == _capi.PLATFORM_CUDA else 0
     err = _capi.error_buffer()
-    _capi.check(_LIB().xgk_paged_attention(platform, stream, descs, attrs, workspace, nbytes, err, _capi.ERR_LEN), err)
+    code = _LIB().xgk_paged_attention(platform, stream, p.descs, p.attrs, workspace, nbytes, err, _capi.ERR_LEN)
+    if code:
+        _capi.check(code, err)
     return out
 
 
