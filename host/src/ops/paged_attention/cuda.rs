@@ -195,7 +195,7 @@ pub fn reload_settings() -> Result<(KernelChoice, u32)> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct PlanKey {
     module: usize,
-    shape: [u32; 11],
+    shape: [u32; 10],
     attrs: [u64; 6],
     choice: KernelChoice,
     limit: Option<usize>,
@@ -218,7 +218,6 @@ impl PlanKey {
                 spec.page_size,
                 spec.max_num_seqs,
                 spec.pages_per_seq,
-                0,
             ],
             attrs: [
                 a.sm_scale.to_bits() as u64,
@@ -346,27 +345,38 @@ pub enum Workspace {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LaunchPlan {
     /// `rpa_plan`, then one block per (plan item, KV head).
-    Tiled { name: &'static str, rows: u32, capacity: u64 },
+    Tiled(TiledPlan),
     /// One block per (row, head chunk, split), plus the merge when `splits > 1`.
-    Direct { name: &'static str, threads: u32, shared_bytes: u32, grid_y: u32, splits: u32, split_len: u32 },
+    Direct(DirectPlan),
 }
 
-// The plan cache's values are plain data.
-const _: () = {
-    const fn copy<T: Copy + Send>() {}
-    copy::<LaunchPlan>()
-};
+/// [`LaunchPlan::Tiled`]: the tile kernel, rows per query tile, plan items (grid x).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TiledPlan {
+    name: &'static str,
+    rows: u32,
+    capacity: u64,
+}
+
+/// [`LaunchPlan::Direct`]: the attention kernel, its block, and the key splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DirectPlan {
+    name: &'static str,
+    threads: u32,
+    shared_bytes: u32,
+    grid_y: u32,
+    splits: u32,
+    split_len: u32,
+}
 
 impl LaunchPlan {
     /// The kernels the launch enqueues, with their dynamic shared memory.
     fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
         match *self {
-            LaunchPlan::Tiled { name, .. } => {
-                vec![("rpa_plan", PLAN_SHARED_BYTES), (name, tiled_shared_bytes(spec.head_dim))]
-            }
-            LaunchPlan::Direct { name, shared_bytes, splits, .. } => {
-                let mut v = vec![(name, shared_bytes)];
-                if splits > 1 {
+            LaunchPlan::Tiled(t) => vec![("rpa_plan", PLAN_SHARED_BYTES), (t.name, tiled_shared_bytes(spec.head_dim))],
+            LaunchPlan::Direct(d) => {
+                let mut v = vec![(d.name, d.shared_bytes)];
+                if d.splits > 1 {
                     v.push((combine_kernel(spec), 0));
                 }
                 v
@@ -377,18 +387,23 @@ impl LaunchPlan {
     /// Bytes of temporary device memory the launch needs.
     fn scratch_bytes(&self, spec: &PagedAttention) -> usize {
         match *self {
-            LaunchPlan::Tiled { capacity, .. } => plan_bytes(capacity) as usize,
-            LaunchPlan::Direct { splits, .. } => split_scratch_bytes(spec, splits),
+            LaunchPlan::Tiled(t) => plan_bytes(t.capacity) as usize,
+            LaunchPlan::Direct(d) => split_scratch_bytes(spec, d.splits),
         }
     }
 }
 
-/// Bytes of the split-KV partials: an f32 output row and a log-sum-exp per (split, row, q head).
+/// Bytes of one split's partials: an f32 output row and a log-sum-exp per (row, q head).
+fn bytes_per_split(spec: &PagedAttention) -> usize {
+    spec.max_tokens as usize * spec.num_q_heads as usize * (spec.head_dim as usize + 1) * 4
+}
+
+/// Bytes of the split-KV partials (none without splits).
 fn split_scratch_bytes(spec: &PagedAttention, splits: u32) -> usize {
     if splits <= 1 {
         return 0;
     }
-    splits as usize * spec.max_tokens as usize * spec.num_q_heads as usize * (spec.head_dim as usize + 1) * 4
+    splits as usize * bytes_per_split(spec)
 }
 
 /// The kernel `choice` resolves to for `spec` on a device of compute capability `cc`; an error
@@ -440,7 +455,7 @@ fn plan_launch(
         let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
         ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
         ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
-        let plan = LaunchPlan::Tiled { name: kernel_name(spec, KernelChoice::Tiled), rows, capacity };
+        let plan = LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, KernelChoice::Tiled), rows, capacity });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
@@ -480,7 +495,7 @@ fn plan_launch(
     if let Some(bytes) = limit {
         if split_scratch_bytes(spec, splits) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
-            let fit = (bytes / split_scratch_bytes(spec, 2).div_ceil(2).max(1)) as u32;
+            let fit = (bytes / bytes_per_split(spec).max(1)) as u32;
             let granule = if kernel == KernelChoice::Pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
             split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
             splits = max_keys.max(1).div_ceil(split_len);
@@ -489,7 +504,14 @@ fn plan_launch(
             }
         }
     }
-    Ok(LaunchPlan::Direct { name: kernel_name(spec, kernel), threads, shared_bytes, grid_y, splits, split_len })
+    Ok(LaunchPlan::Direct(DirectPlan {
+        name: kernel_name(spec, kernel),
+        threads,
+        shared_bytes,
+        grid_y,
+        splits,
+        split_len,
+    }))
 }
 
 /// Bytes of workspace a call of `spec` needs on CUDA device `ordinal` with the configured kernel
@@ -577,27 +599,23 @@ pub unsafe fn launch_cuda_with(
         }
     };
     let launched = match plan {
-        LaunchPlan::Tiled { name, rows, capacity } => {
-            launch_tiled(&module, stream, spec, bufs, scratch, name, rows, capacity)
-        }
-        LaunchPlan::Direct { name, threads, shared_bytes, grid_y, splits, split_len } => {
-            let launch = DirectLaunch { name, threads, shared_bytes, grid_y, splits, split_len };
-            launch_direct(&module, stream, spec, bufs, scratch, launch)
-        }
+        LaunchPlan::Tiled(t) => launch_tiled(&module, stream, spec, bufs, scratch, t),
+        LaunchPlan::Direct(d) => launch_direct(&module, stream, spec, bufs, scratch, d),
     };
     // Free even when a launch failed, so an error does not leak device memory.
     let freed = owned.map_or(Ok(()), |s| s.free());
     launched.and(freed)
 }
 
-/// The fields of [`LaunchPlan::Direct`].
-struct DirectLaunch {
-    name: &'static str,
-    threads: u32,
-    shared_bytes: u32,
-    grid_y: u32,
-    splits: u32,
-    split_len: u32,
+/// Pushes the op's six inputs, in the contract's order: every attention kernel's first
+/// parameters.
+fn push_inputs(args: &mut KernelArgs, bufs: &DeviceBuffers) {
+    args.push(bufs.q)
+        .push(bufs.kv_pages)
+        .push(bufs.kv_lens)
+        .push(bufs.page_indices)
+        .push(bufs.cu_q_lens)
+        .push(bufs.num_seqs);
 }
 
 /// One block per (row, head chunk, split); with splits, the merge kernel after it.
@@ -610,7 +628,7 @@ unsafe fn launch_direct(
     spec: &PagedAttention,
     bufs: DeviceBuffers,
     scratch: u64,
-    l: DirectLaunch,
+    l: DirectPlan,
 ) -> Result<()> {
     let mut params = spec.kernel_params(l.splits, l.split_len);
     params.copy_hint = settings()?.1;
@@ -621,16 +639,8 @@ unsafe fn launch_direct(
         (0, 0)
     };
     let mut args = KernelArgs::new();
-    args.push(bufs.q)
-        .push(bufs.kv_pages)
-        .push(bufs.kv_lens)
-        .push(bufs.page_indices)
-        .push(bufs.cu_q_lens)
-        .push(bufs.num_seqs)
-        .push(bufs.out)
-        .push(part_o)
-        .push(part_lse)
-        .push(params);
+    push_inputs(&mut args, &bufs);
+    args.push(bufs.out).push(part_o).push(part_lse).push(params);
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, l.grid_y, l.splits),
         block: (l.threads, 1, 1),
@@ -660,43 +670,33 @@ fn combine_kernel(spec: &PagedAttention) -> &'static str {
 /// the work items into `plan` (scratch), then one block per (item, KV head) runs.
 ///
 /// # Safety
-/// As [`launch_cuda`]; `plan` holds `plan_bytes(capacity)` bytes.
-#[allow(clippy::too_many_arguments)]
+/// As [`launch_cuda`]; `plan` holds `plan_bytes(t.capacity)` bytes.
 unsafe fn launch_tiled(
     module: &ContextModule,
     stream: Stream,
     spec: &PagedAttention,
     bufs: DeviceBuffers,
     plan: u64,
-    name: &'static str,
-    rows: u32,
-    capacity: u64,
+    t: TiledPlan,
 ) -> Result<()> {
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.copy_hint = settings()?.1;
-    params.tile_rows = rows;
-    params.plan_capacity = capacity as u32;
+    params.tile_rows = t.rows;
+    params.plan_capacity = t.capacity as u32;
 
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     module.launch(stream, "rpa_plan", cfg, &mut args.pointers())?;
     let mut args = KernelArgs::new();
-    args.push(bufs.q)
-        .push(bufs.kv_pages)
-        .push(bufs.kv_lens)
-        .push(bufs.page_indices)
-        .push(bufs.cu_q_lens)
-        .push(bufs.num_seqs)
-        .push(plan)
-        .push(bufs.out)
-        .push(params);
+    push_inputs(&mut args, &bufs);
+    args.push(plan).push(bufs.out).push(params);
     let cfg = LaunchConfig {
-        grid: (capacity as u32, spec.num_kv_heads, 1),
+        grid: (t.capacity as u32, spec.num_kv_heads, 1),
         block: (TILE_THREADS, 1, 1),
         shared_bytes: tiled_shared_bytes(spec.head_dim),
     };
-    module.launch(stream, name, cfg, &mut args.pointers())
+    module.launch(stream, t.name, cfg, &mut args.pointers())
 }
 
 #[cfg(test)]
