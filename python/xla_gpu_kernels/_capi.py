@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 
 from ._library import load_library
@@ -88,23 +87,28 @@ def error_buffer():
     return buf
 
 
+def _build_descriptors(signature) -> ctypes.Array:
+    """A descriptor array for ``signature`` (a tuple of (dtype code, shape) pairs), data pointers
+    NULL; it keeps its dims arrays alive."""
+    descs = (Tensor * len(signature))()
+    dims_keep = []
+    for i, (code, shape) in enumerate(signature):
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        dims_keep.append(dims)
+        descs[i] = Tensor(None, code, len(shape), dims)
+    descs._dims_keep = dims_keep
+    return descs
+
+
 def descriptors(signature) -> ctypes.Array:
-    """This thread's descriptor array for ``signature`` (a tuple of (dtype code, shape) pairs),
-    built once; callers set the ``data`` fields before each call. Per thread, so concurrent calls
-    never share one."""
+    """This thread's descriptor array for ``signature``, built once; callers set the ``data``
+    fields before each call. Per thread, so concurrent calls never share one."""
     cache = getattr(_local, "descs", None)
     if cache is None:
         cache = _local.descs = {}
     descs = cache.get(signature)
     if descs is None:
-        descs = (Tensor * len(signature))()
-        dims_keep = []
-        for i, (code, shape) in enumerate(signature):
-            dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-            dims_keep.append(dims)
-            descs[i] = Tensor(None, code, len(shape), dims)
-        descs._dims_keep = dims_keep  # the dims arrays live as long as the descriptors
-        cache[signature] = descs
+        descs = cache[signature] = _build_descriptors(signature)
     return descs
 
 
@@ -132,8 +136,9 @@ def paged_attention_signature(q_shape, q_dtype, kv_shape, kv_dtype, max_num_seqs
 
 def paged_attention_workspace_bytes(device: int, signature, attributes: Attrs) -> int:
     """Bytes of workspace a call needs on CUDA device ``device`` (the library's own launch plan,
-    for the device and the ``XGK_RPA_KERNEL`` choice); 0 for the CPU (``device`` < 0). Cached."""
-    return _workspace_bytes(device, signature, _attrs_key(attributes), os.environ.get("XGK_RPA_KERNEL", ""))
+    for the device and its configured kernel choice); 0 for the CPU (``device`` < 0). Cached until
+    the next `reload_settings`, when the library's choice may change."""
+    return _workspace_bytes(device, signature, _attrs_key(attributes), _generation[0])
 
 
 def _attrs_key(a: Attrs):
@@ -141,17 +146,12 @@ def _attrs_key(a: Attrs):
 
 
 @functools.lru_cache(maxsize=1024)
-def _workspace_bytes(device, signature, attrs_key, kernel_env):
-    del kernel_env  # part of the cache key: the library reads the variable itself
+def _workspace_bytes(device, signature, attrs_key, generation):
+    del generation  # part of the cache key only
     if device < 0:
         return 0
     a = Attrs(*attrs_key)
-    descs = (Tensor * 7)()
-    keep = []
-    for i, (code, shape) in enumerate(signature):
-        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        keep.append(dims)
-        descs[i] = Tensor(None, code, len(shape), dims)
+    descs = _build_descriptors(signature)
     out = ctypes.c_uint64(0)
     err = ctypes.create_string_buffer(ERR_LEN)
     check(library().xgk_paged_attention_workspace_bytes(device, descs, ctypes.byref(a), ctypes.byref(out), err,
