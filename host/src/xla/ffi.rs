@@ -491,6 +491,18 @@ pub mod testing {
         }
     }
 
+    /// An `XLA_FFI_Attrs` with no attributes.
+    fn empty_attrs() -> Attrs {
+        Attrs {
+            struct_size: 48,
+            extension_start: std::ptr::null_mut(),
+            size: 0,
+            types: std::ptr::null(),
+            names: std::ptr::null(),
+            attrs: std::ptr::null(),
+        }
+    }
+
     /// A call frame for the execute stage with no arguments, results or attributes.
     fn empty_frame(extension_start: *mut ExtensionBase, api: *const Api) -> CallFrame {
         CallFrame {
@@ -501,14 +513,7 @@ pub mod testing {
             stage: STAGE_EXECUTE,
             args: empty_args(),
             rets: empty_args(),
-            attrs: Attrs {
-                struct_size: 48,
-                extension_start: std::ptr::null_mut(),
-                size: 0,
-                types: std::ptr::null(),
-                names: std::ptr::null(),
-                attrs: std::ptr::null(),
-            },
+            attrs: empty_attrs(),
         }
     }
 
@@ -728,14 +733,7 @@ pub mod testing {
 
         /// An empty DICTIONARY attribute (a nested `XLA_FFI_Attrs` of size 0).
         pub fn raw_dictionary(mut self, name: &[u8]) -> Self {
-            let mut d = Box::new(Attrs {
-                struct_size: 48,
-                extension_start: std::ptr::null_mut(),
-                size: 0,
-                types: std::ptr::null(),
-                names: std::ptr::null(),
-                attrs: std::ptr::null(),
-            });
+            let mut d = Box::new(empty_attrs());
             self.push_attr(name, ATTR_DICTIONARY, &mut *d as *mut Attrs as *mut c_void);
             self.keep.push(d);
             self
