@@ -70,10 +70,7 @@ class _Prepared:
     __slots__ = ("descs", "views", "attrs", "nbytes", "index")
 
     def __init__(self, op, names, tensors, attrs_args, platform):
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            where = ", ".join(f"{name} on {t.device}" for name, t in zip(names, tensors))
-            raise ValueError(f"{op}: all tensors must be on one device, got {where}")
+        _check_args(op, names, tensors)
         self.index = tensors[0].get_device()
         signature = tuple((_code(t), tuple(t.shape)) for t in tensors)
         self.descs = _capi.descriptors(signature)
