@@ -325,3 +325,17 @@ pub fn assert_close(case: &Case, got: &[u8], want: &[f64], label: &str) -> f64 {
     }
     worst
 }
+
+/// Worst |gpu - cpu| over all rows; asserts the tolerance and that every element was written.
+pub fn compare(case: &Case, gpu: &[u8], cpu: &[u8], label: &str) -> f64 {
+    let (atol, rtol) = tolerance(case.q_dtype);
+    let mut worst = 0.0f64;
+    for i in 0..case.max_tokens * case.num_q_heads * case.head_dim {
+        let (g, c) = (decode(case.q_dtype, gpu, i), decode(case.q_dtype, cpu, i));
+        assert!(g.is_finite(), "{label}: element {i} not written (poison {g})");
+        let err = (g - c).abs();
+        worst = worst.max(err);
+        assert!(err <= atol + rtol * c.abs(), "{label}: element {i}: gpu {g} cpu {c}");
+    }
+    worst
+}
