@@ -10,22 +10,32 @@
 //! [`link_ptx`] runs `llvm-link` → `opt` (internalize + O3) → `llc` from the `llvm-tools`
 //! component, exactly the three steps the real tool performs.
 //!
+//! One PTX image per architecture, all embedded; the runtime loads the first that runs on the
+//! device (`host::runtime::KernelModule`):
+//! - `sm_90a` (PTX ISA 8.0): Hopper only (compute capability 9.0 exactly: `a` features do not
+//!   carry forward). Built with `--cfg xgk_sm90`, which turns on the Hopper-only instructions in
+//!   `kernels-gpu` (programmatic dependent launch: `griddepcontrol`).
+//! - `sm_80` (PTX ISA 7.8): the portable image, for A100, H100/H200 (when the sm_90a one cannot
+//!   load) and newer GPUs through the driver's JIT.
+//!
 //! Settings (environment variables, each rebuilds when changed):
-//! - `XGK_CUDA_ARCH`: PTX target, default `sm_80` (runs on A100, H100, H200 and newer through the
-//!   driver's JIT). `sm_90a` is needed for Hopper-only instructions.
-//! - `XGK_PTX_FEATURES`: LLVM features, default `+ptx78`; the PTX ISA version follows them.
+//! - `XGK_CUDA_ARCHS`: the images, comma separated, most specific first; default `sm_90a,sm_80`.
+//!   Each entry is `sm_XX[a]`, optionally `=+ptxNN` for the LLVM PTX features (the PTX ISA
+//!   version); defaults: `+ptx80` for sm_90 and newer, `+ptx78` below (the L2 hints on
+//!   `cp.async` need 7.4; every driver with `cuCtxGetId`, which the runtime needs anyway,
+//!   JIT-compiles 7.8).
 
 use std::env;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const LINKER_MODE_VAR: &str = "XGK_PTX_LINKER";
 const LLVM_BIN_VAR: &str = "XGK_LLVM_BIN";
+/// The images built when `XGK_CUDA_ARCHS` is unset, most specific first.
+const DEFAULT_ARCHS: &str = "sm_90a,sm_80";
+/// The link step's `--target-cpu` when rustc passes none.
 const DEFAULT_ARCH: &str = "sm_80";
-/// PTX ISA 7.8 (CUDA 11.8): the L2 cache hints on `cp.async` need 7.4; every driver with
-/// `cuCtxGetId` (CUDA 12+), which the runtime needs anyway, JIT-compiles it.
-const DEFAULT_FEATURES: &str = "+ptx78";
 
 fn main() {
     if env::var_os(LINKER_MODE_VAR).is_some() {
@@ -41,6 +51,43 @@ fn main() {
     }
 }
 
+/// One image to build: the architecture, its LLVM features, and whether the Hopper-only code is
+/// compiled in.
+struct Image {
+    arch: String,
+    features: String,
+    hopper: bool,
+}
+
+/// Parses `XGK_CUDA_ARCHS` (see the module docs).
+fn images(spec: &str) -> Result<Vec<Image>, String> {
+    let mut images = Vec::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (arch, features) = entry.split_once('=').unwrap_or((entry, ""));
+        let digits = arch.strip_prefix("sm_").map(|d| d.trim_end_matches('a'));
+        let Some(cc) = digits.and_then(|d| d.parse::<u32>().ok()) else {
+            return Err(format!("XGK_CUDA_ARCHS entry {entry:?} is not sm_XX[a][=+ptxNN]"));
+        };
+        if cc < 80 {
+            return Err(format!("XGK_CUDA_ARCHS entry {entry:?}: the kernels need sm_80 or newer"));
+        }
+        let features = if features.is_empty() {
+            if cc >= 90 {
+                "+ptx80"
+            } else {
+                "+ptx78"
+            }
+        } else {
+            features
+        };
+        images.push(Image { arch: arch.to_string(), features: features.to_string(), hopper: cc >= 90 });
+    }
+    if images.is_empty() {
+        return Err("XGK_CUDA_ARCHS names no architecture".into());
+    }
+    Ok(images)
+}
+
 fn build_ptx() -> Result<(), String> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
@@ -48,14 +95,8 @@ fn build_ptx() -> Result<(), String> {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels-gpu");
     println!("cargo:rerun-if-changed=rust-toolchain.toml");
-    println!("cargo:rerun-if-env-changed=XGK_CUDA_ARCH");
-    println!("cargo:rerun-if-env-changed=XGK_PTX_FEATURES");
-
-    let arch = env::var("XGK_CUDA_ARCH").unwrap_or_else(|_| DEFAULT_ARCH.to_string());
-    if !arch.starts_with("sm_") {
-        return Err(format!("XGK_CUDA_ARCH={arch:?} is not an sm_XX architecture"));
-    }
-    let features = env::var("XGK_PTX_FEATURES").unwrap_or_else(|_| DEFAULT_FEATURES.to_string());
+    println!("cargo:rerun-if-env-changed=XGK_CUDA_ARCHS");
+    let images = images(&env::var("XGK_CUDA_ARCHS").unwrap_or_else(|_| DEFAULT_ARCHS.to_string()))?;
 
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = command_output(Command::new(&rustc).args(["--print", "sysroot"]))?;
@@ -78,22 +119,45 @@ fn build_ptx() -> Result<(), String> {
             .into());
     }
 
+    // `PTX_IMAGES`, included by src/lib.rs: (arch, NUL-terminated PTX) in the order given.
+    let mut table = String::from("&[\n");
+    for image in &images {
+        let text = build_image(image, &kernels_dir, &out_dir, &llvm_bin)?;
+        let file = out_dir.join(format!("kernels_{}.ptx", image.arch));
+        fs::write(&file, &text).map_err(|e| e.to_string())?;
+        table.push_str(&format!(
+            "    host::runtime::PtxImage {{ arch: {:?}, ptx: concat!(include_str!({:?}), \"\\0\") }},\n",
+            image.arch,
+            file.display().to_string()
+        ));
+    }
+    table.push(']');
+    fs::write(out_dir.join("ptx_images.rs"), table).map_err(|e| e.to_string())?;
+    let archs: Vec<&str> = images.iter().map(|i| i.arch.as_str()).collect();
+    println!("cargo:rustc-env=XGK_PTX_ARCHS={}", archs.join(", "));
+    Ok(())
+}
+
+/// Builds one image with a nested `cargo rustc` (its own target directory per architecture, so
+/// each stays cached) and returns the PTX text.
+fn build_image(image: &Image, kernels_dir: &Path, out_dir: &Path, llvm_bin: &Path) -> Result<String, String> {
     let mut rustflags = vec![
-        format!("-Ctarget-cpu={arch}"),
+        format!("-Ctarget-cpu={}", image.arch),
+        format!("-Ctarget-feature={}", image.features),
         format!("-Clinker={}", env::current_exe().unwrap().display()),
         "-Cdebuginfo=0".to_string(),
         // Kernels index per-lane register arrays inside closures (`unroll`); every one of them must
         // be inlined, or the array is passed by pointer and lands in local memory.
         "-Cllvm-args=-inline-threshold=2000".to_string(),
     ];
-    if !features.is_empty() {
-        rustflags.push(format!("-Ctarget-feature={features}"));
+    if image.hopper {
+        rustflags.push("--cfg=xgk_sm90".to_string());
     }
 
-    let target_dir = out_dir.join("ptx-target");
+    let target_dir = out_dir.join(format!("ptx-target-{}", image.arch));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&kernels_dir)
+    cmd.current_dir(kernels_dir)
         .args(["rustc", "--lib", "--crate-type", "cdylib", "--release", "--target", "nvptx64-nvidia-cuda"])
         .args(["-Zbuild-std=core", "--target-dir"])
         .arg(&target_dir)
@@ -121,10 +185,10 @@ fn build_ptx() -> Result<(), String> {
         .env("CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS", "false")
         .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "false")
         .env(LINKER_MODE_VAR, "1")
-        .env(LLVM_BIN_VAR, &llvm_bin);
+        .env(LLVM_BIN_VAR, llvm_bin);
     let status = cmd.status().map_err(|e| format!("could not run cargo for the kernels: {e}"))?;
     if !status.success() {
-        return Err(format!("the nested kernel build failed ({status}); see the errors above"));
+        return Err(format!("the nested kernel build for {} failed ({status}); see the errors above", image.arch));
     }
 
     let ptx = target_dir.join("nvptx64-nvidia-cuda/release/kernels_gpu.ptx");
@@ -132,9 +196,7 @@ fn build_ptx() -> Result<(), String> {
     if !text.contains(".entry") {
         return Err(format!("{} has no kernel entry points", ptx.display()));
     }
-    fs::write(out_dir.join("kernels.ptx"), &text).map_err(|e| e.to_string())?;
-    println!("cargo:rustc-env=XGK_PTX_ARCH={arch}");
-    Ok(())
+    Ok(text)
 }
 
 /// The link step of `llvm-bitcode-linker`, driven by the arguments rustc passes to a `llbc`

@@ -63,6 +63,8 @@ CHECK_SEQS, CHECK_ROWS = 4, 256  # reference: sampled sequences a case, rows a s
 ROUND_BUDGET_US = 2e6  # a round of one implementation aims at no more than this
 GRAPH_CALLS = 10
 USE_GRAPHS = True
+# Also record each torch implementation's device busy time per call (profiler; --no-kernel-time).
+KERNEL_TIME = True
 MIX_WAYS = ("flashinfer-all", "flashinfer-split")  # mixed batches: one prefill wrapper; prefill + decode wrappers
 
 
@@ -280,6 +282,26 @@ def time_cuda(fn, warmup=5, iters=30):
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
+def kernel_time_us(fn, calls=20):
+    """GPU busy time per call of eager calls of `fn`, µs: the durations of the kernels (and
+    memcpy/memset) the CUDA profiler (CUPTI, through torch.profiler) records over `calls` calls,
+    summed, over `calls`. No launch gaps and no host cost: each implementation's device work
+    alone, the same measure for every implementation whatever its timing mode."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    busy = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    if busy <= 0:
+        raise RuntimeError("the profiler recorded no device activity")
+    return busy / calls
+
+
 def per_round(call_us, default):
     """Samples a round takes: `default`, fewer (at least 3) when a call is long."""
     return int(max(3, min(default, ROUND_BUDGET_US // max(call_us, 1.0))))
@@ -358,26 +380,29 @@ def from_jax(x):
     return torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(DEVICE)
 
 
-def select_kernel(kernel, hint="1"):
+def select_kernel(kernel, hint="1", programmatic=True):
     """Sets the variant for the calls that follow (the library reads these once, and again on
     `reload_settings`)."""
     from xla_gpu_kernels import _capi
     os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = kernel, hint
+    os.environ["XGK_PDL"] = "1" if programmatic else "0"
     _capi.reload_settings()
 
 
 class Ours:
     """Our torch op with one kernel variant: `auto`, `tiled`, `pipelined`, `mma` or `general`,
-    optionally `:h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`)."""
+    optionally `:h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`) and `:nopdl` for launches
+    without programmatic dependent launch (`XGK_PDL=0`)."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
-        self.kernel, _, hint = variant.partition(":h")
+        self.programmatic = not variant.endswith(":nopdl")
+        self.kernel, _, hint = variant.removesuffix(":nopdl").partition(":h")
         self.hint = hint or "1"  # the library's default
 
     def select(self):
-        select_kernel(self.kernel, self.hint)
+        select_kernel(self.kernel, self.hint, self.programmatic)
 
     def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)
@@ -390,7 +415,9 @@ class Ours:
             out = run()
             torch.cuda.synchronize()
             timer, how, extra = graph_timer(run)  # a graph fixes the variant at capture; eager: select()
-            return (lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]]), lambda: (self.select(), timer())[1], how, extra
+            call = lambda: (self.select(), run())  # noqa: E731
+            return (lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]]), lambda: (self.select(), timer())[1], how, \
+                {**extra, "_call": call}
         return [(self.name, setup)]
 
     def release(self):
@@ -425,7 +452,17 @@ class FlashInfer:
     """Decode: `BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)`; prefill:
     `BatchPrefillWithPagedKVCacheWrapper` (causal, bottom-right aligned as our contract); mixed
     batches both ways. NHD pages [P, page, Hkv, D]: contiguous copies of our pool's K and V. With
-    CUDA graphs the wrappers plan into fixed buffers, so a captured run stays valid."""
+    CUDA graphs the wrappers plan into fixed buffers, so a captured run stays valid.
+
+    How FlashInfer is timed (PEERS_FI_MODE):
+    - "eager" (default): CUDA events around back-to-back eager calls (the host's cost counts where
+      it exceeds the kernels'); every implementation's `kernel_us` (profiler) is the fair measure
+      on cells that short.
+    - "captured": wrappers built without `use_cuda_graph`, planned once, their run() captured in
+      a CUDA graph like ours. Replays fault (`cudaErrorIllegalAddress`) on the H100 we measure on.
+    - "graph-wrapper": `use_cuda_graph=True` wrappers captured (FlashInfer's serving mode). Replays
+      fault with `cudaErrorInvalidAddressSpace`, FlashInfer alone in the process (FlashInfer
+      0.6.18.post1, torch 2.11, driver 580; NOTES, 2026-11-23)."""
     name = "flashinfer"
 
     def __init__(self):
@@ -505,11 +542,11 @@ class FlashInfer:
     def _setup(self, inp, case, split):
         out = torch.empty_like(inp.q)
         n = len(case.seqs)
-        # FlashInfer's prefill faults under CUDA-graph capture on the H100 we measure on
-        # (CUDA_ERROR_INVALID_ADDRESS_SPACE, FlashInfer alone in the process): prefill and mixed
-        # batches run eagerly, timed with CUDA events around back-to-back calls (the GPU stays
-        # ahead of the host for calls this long).
-        graphs = USE_GRAPHS and case.decode
+        mode = os.environ.get("PEERS_FI_MODE", "eager")
+        if mode not in ("captured", "graph-wrapper", "eager"):
+            raise SystemExit(f"PEERS_FI_MODE={mode!r}: expected captured, graph-wrapper or eager")
+        capture = USE_GRAPHS and mode != "eager"
+        graphs = capture and mode == "graph-wrapper"  # the wrappers' own CUDA-graph mode
         if not split:
             run, info = (self._decode if case.decode else self._prefill)(inp, case, range(n), inp.q, out, graphs)
         else:  # prefill wrapper over the prefill rows, decode wrapper over the decode rows after them
@@ -525,8 +562,9 @@ class FlashInfer:
         out.fill_(float("nan"))  # poisoned: a row the run does not write fails the check
         run()
         torch.cuda.synchronize()
-        timer, how, extra = graph_timer(run, graphs)
-        return (lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]]), timer, how + "; plan not timed", {**extra, **info}
+        timer, how, extra = graph_timer(run, capture)
+        how += f"; plan not timed; PEERS_FI_MODE={mode}"
+        return (lambda s: out[inp.cu_list[s]:inp.cu_list[s + 1]]), timer, how, {**extra, **info, "_call": run}
 
     def entries(self, inp, case):
         if case.kind != "mixed":
@@ -612,7 +650,7 @@ def run_case(case, ci, impls, copy_gbs):
         print(f"[{case.name}] {case.notes[-1]}", flush=True)
         return
     inp = Inputs(case, seed=ci)
-    timers = {}
+    timers, calls = {}, {}
     tol = 3e-2 if inp.kv.dtype != torch.bfloat16 else 2e-2
 
     def failed(name, e):
@@ -632,6 +670,7 @@ def run_case(case, ci, impls, copy_gbs):
         for name, setup in entries:
             try:
                 rows_fn, timer, how, extra = setup()
+                call = extra.pop("_call", None)
                 rel, mabs = check(inp, case, rows_fn)
             except Skip as e:
                 case.notes.append(f"{name} skipped: {e}")
@@ -645,6 +684,8 @@ def run_case(case, ci, impls, copy_gbs):
                 print(f"[{case.name}] {name} WRONG: rel L2 {rel:.3g}, max abs {mabs:.3g}", flush=True)
                 continue
             timers[name] = timer
+            if call is not None:
+                calls[name] = call
     names = list(timers)
     for r in range(3):  # rounds in alternating order
         for name in (names if r % 2 == 0 else names[::-1]):
@@ -655,8 +696,17 @@ def run_case(case, ci, impls, copy_gbs):
             except Exception as e:  # noqa: BLE001
                 case.results[name]["error"] = f"{type(e).__name__}: {e}"
                 print(f"[{case.name}] {name} failed while timed: {type(e).__name__}: {e}", flush=True)
+    if KERNEL_TIME:
+        for name, call in calls.items():
+            if "error" in case.results[name]:
+                continue
+            try:
+                case.results[name]["kernel_us"] = kernel_time_us(call)
+            except Exception as e:  # noqa: BLE001
+                case.results[name]["kernel_us_error"] = f"{type(e).__name__}: {e}"
     summarize(case, copy_gbs)
-    line = "  ".join(f"{n} {r['median_us']:.1f}" if "median_us" in r else f"{n} ERR" for n, r in case.results.items())
+    line = "  ".join((f"{n} {r['median_us']:.1f}" + (f" (kernels {r['kernel_us']:.1f})" if "kernel_us" in r else ""))
+                     if "median_us" in r else f"{n} ERR" for n, r in case.results.items())
     print(f"[{case.name}] {line}", flush=True)
     for impl in impls:
         impl.release()
@@ -724,7 +774,7 @@ def plot(result, path):
 
 
 def main():
-    global USE_GRAPHS
+    global USE_GRAPHS, KERNEL_TIME
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
@@ -736,11 +786,14 @@ def main():
                     help="only ours-jax and Pallas (JAX timing; run apart from the CUDA-graph timing of the torch "
                          "implementations: both in one process faulted on an H100, cause not established)")
     ap.add_argument("--eager", action="store_true", help="time eager calls (CUDA events per call), no graphs")
+    ap.add_argument("--no-kernel-time", action="store_true",
+                    help="skip the profiler's per-call device busy time (kernel_us)")
     ap.add_argument("--quick", action="store_true", help="a small subset of the suite")
     ap.add_argument("--filter", default=None, help="only cases whose name contains one of these (comma separated)")
     ap.add_argument("--out", default=None, help="result file (.json; the plot goes next to it as .png)")
     args = ap.parse_args()
     USE_GRAPHS = not args.eager
+    KERNEL_TIME = not args.no_kernel_time
     torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference stays float32
 
     try:

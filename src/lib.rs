@@ -22,19 +22,17 @@ use host::xla::ffi::{CallFrame, FfiError};
 use host::xla::handlers;
 pub use xla_gpu_kernels_host as host;
 
-/// The kernels' PTX, NUL-terminated (built by `build.rs` from `kernels-gpu`).
-pub static PTX: &str = concat!(include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx")), "\0");
+/// The kernels' PTX images, most specific first (built by `build.rs` from `kernels-gpu`, one per
+/// architecture of `XGK_CUDA_ARCHS`; default sm_90a, then the portable sm_80), NUL-terminated.
+pub static PTX_IMAGES: &[host::runtime::PtxImage] = include!(concat!(env!("OUT_DIR"), "/ptx_images.rs"));
 
-/// The `sm_XX` the PTX was built for (`XGK_CUDA_ARCH`, default sm_80).
-pub const PTX_ARCH: &str = env!("XGK_PTX_ARCH");
+/// The process-wide module store: per CUDA context, the first image that runs on its device.
+pub static KERNELS: KernelModule = KernelModule::new(PTX_IMAGES);
 
-/// The process-wide module store: the PTX loaded once per CUDA context.
-pub static KERNELS: KernelModule = KernelModule::new(PTX);
-
-/// Library version and PTX target, e.g. `xla-gpu-kernels 0.1.0 (ptx sm_80)`.
+/// Library version and PTX images, e.g. `xla-gpu-kernels 0.1.0 (ptx sm_90a, sm_80)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xgk_version() -> *const c_char {
-    concat!("xla-gpu-kernels ", env!("CARGO_PKG_VERSION"), " (ptx ", env!("XGK_PTX_ARCH"), ")\0").as_ptr()
+    concat!("xla-gpu-kernels ", env!("CARGO_PKG_VERSION"), " (ptx ", env!("XGK_PTX_ARCHS"), ")\0").as_ptr()
         as *const c_char
 }
 

@@ -6,16 +6,17 @@
 mod common;
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, pipelined_applies, tensor_core_applies, tiled_applies, workspace_bytes_with, DeviceBuffers,
-    KernelChoice, Workspace,
+    launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, workspace_bytes_with,
+    DeviceBuffers, KernelChoice, Workspace, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
+use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
 
@@ -122,6 +123,19 @@ fn run_gpu(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice) -> Vec<u
 
 /// [`run_gpu`] with the workspace from `mode`.
 fn run_gpu_with(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice, mode: WorkspaceMode) -> Vec<u8> {
+    run_gpu_on(&KERNELS, stream, case, kernel, mode, 1)
+}
+
+/// [`run_gpu_with`] through `module`, launching the op `calls` times back to back on the same
+/// buffers (no sync between: programmatic launches of one call overlap the previous call's tail).
+fn run_gpu_on(
+    module: &KernelModule,
+    stream: &Arc<CudaStream>,
+    case: &Case,
+    kernel: KernelChoice,
+    mode: WorkspaceMode,
+    calls: usize,
+) -> Vec<u8> {
     let q = Dev::from(stream, &case.q);
     let kv = Dev::from(stream, &case.kv);
     let kv_lens = Dev::from(stream, &case.kv_lens);
@@ -139,7 +153,7 @@ fn run_gpu_with(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice, mod
         out: out.ptr(stream),
         workspace: Workspace::Allocate,
     };
-    let exact = workspace_bytes_with(&KERNELS, 0, &case.spec(), kernel).unwrap();
+    let exact = workspace_bytes_with(module, 0, &case.spec(), kernel).unwrap();
     let bytes = match mode {
         WorkspaceMode::Allocate => 0,
         WorkspaceMode::Exact => exact,
@@ -150,7 +164,9 @@ fn run_gpu_with(stream: &Arc<CudaStream>, case: &Case, kernel: KernelChoice, mod
         WorkspaceMode::Allocate => bufs,
         _ => DeviceBuffers { workspace: Workspace::Given { ptr: ws.ptr(stream) as u64, bytes }, ..bufs },
     };
-    unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &case.spec(), bufs, kernel) }.unwrap();
+    for _ in 0..calls {
+        unsafe { launch_cuda_with(module, stream.cu_stream(), &case.spec(), bufs, kernel) }.unwrap();
+    }
     stream.synchronize().unwrap();
     stream.clone_dtoh(&out.buf).unwrap()
 }
@@ -482,4 +498,157 @@ fn paged_attention_workspace_modes_agree() {
         }
     }
     println!("{runs} workspace-mode runs passed");
+}
+
+/// A module store holding only the portable image (sm_80), beside [`KERNELS`] (which loads the
+/// sm_90a image on Hopper).
+fn portable_kernels() -> &'static KernelModule {
+    static PORTABLE: OnceLock<KernelModule> = OnceLock::new();
+    PORTABLE.get_or_init(|| {
+        let images: Vec<PtxImage> =
+            xla_gpu_kernels::PTX_IMAGES.iter().filter(|i| !i.has_grid_dependency_control()).copied().collect();
+        KernelModule::new(Box::leak(images.into_boxed_slice()))
+    })
+}
+
+/// Runs `f` with programmatic dependent launch switched on or off (the process setting; the GPU
+/// tests run one at a time), restoring the default after.
+fn with_programmatic_launch<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    std::env::set_var(PROGRAMMATIC_LAUNCH_ENV_VAR, if on { "1" } else { "0" });
+    reload_settings().unwrap();
+    let r = f();
+    std::env::remove_var(PROGRAMMATIC_LAUNCH_ENV_VAR);
+    reload_settings().unwrap();
+    r
+}
+
+/// The Hopper image (programmatic dependent launch between the split kernel and its merge, the
+/// plan and the tile kernel, and from one call to the next) and the portable image give the CPU's
+/// answer, with the launches programmatic and not, one call or several back to back on the same
+/// buffers. On a Hopper GPU the default store must load the sm_90a image.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ptx_images_and_programmatic_launch_agree() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let loaded = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+    let portable = unsafe { portable_kernels().for_stream(stream.cu_stream()) }.unwrap();
+    println!(
+        "compute capability {}: default store loaded {} (programmatic launch {}), portable store {}",
+        loaded.compute_capability, loaded.image.arch, loaded.programmatic_launch, portable.image.arch
+    );
+    if loaded.compute_capability == 90 {
+        assert_eq!(loaded.image.arch, "sm_90a");
+        assert!(loaded.programmatic_launch, "a Hopper GPU with a CUDA 12.3+ driver launches programmatically");
+    }
+    assert_eq!(portable.image.arch, "sm_80");
+    assert!(!portable.programmatic_launch);
+    let cases = [
+        // decode over long contexts: split kernel + merge
+        random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 9000), (1, 3000)], 1),
+        // prefill + decode: plan + tile kernel
+        random_case(&mut rng, DType::F16, DType::F16, 64, 1, 8, 16, &[(40, 300), (1, 5000), (7, 7)], 2),
+        // fp8 KV, scaled: the pipelined kernel's splits
+        random_case(&mut rng, DType::BF16, DType::F8E4M3FN, 128, 2, 4, 16, &[(1, 4000)], 1),
+        // f32: the general kernel's splits
+        random_case(&mut rng, DType::F32, DType::F32, 96, 2, 2, 8, &[(1, 3000), (2, 700)], 0),
+    ];
+    let (mut runs, mut combination) = (0, 0);
+    let stride = case_stride();
+    for case in &cases {
+        let cpu = case.cpu_output();
+        for kernel in [KernelChoice::Auto].into_iter().chain(kernels_for(case)) {
+            for programmatic in [true, false] {
+                for (store, name) in [(&KERNELS, "default"), (portable_kernels(), "portable")] {
+                    for calls in [1, 3] {
+                        combination += 1;
+                        if combination % stride != 0 {
+                            continue;
+                        }
+                        let out = with_programmatic_launch(programmatic, || {
+                            run_gpu_on(store, &stream, case, kernel, WorkspaceMode::Exact, calls)
+                        });
+                        let label = format!("{kernel:?} {name} programmatic={programmatic} calls={calls}");
+                        compare(case, &out, &cpu, &label);
+                        runs += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("{runs} image / programmatic-launch runs passed");
+}
+
+/// Device memory exhausted: a call that must allocate its scratch from the driver's pool (no
+/// workspace given) returns an error naming the allocation, and once memory is back the next call
+/// runs and is right.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn scratch_allocation_failure_is_an_error_and_the_next_call_works() {
+    let stream = gpu();
+    stream.context().bind_to_thread().unwrap();
+    let mut rng = StdRng::from_entropy();
+    // Batch 1 over 20k keys: the launch splits the keys and needs scratch for the partials.
+    let case = random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 20_000)], 1);
+    assert!(workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Auto).unwrap() > 0, "the case must split");
+    let cpu = case.cpu_output();
+    let q = Dev::from(&stream, &case.q);
+    let kv = Dev::from(&stream, &case.kv);
+    let kv_lens = Dev::from(&stream, &case.kv_lens);
+    let table = Dev::from(&stream, &case.page_indices);
+    let cu = Dev::from(&stream, &case.cu_q_lens);
+    let ns = Dev::from(&stream, &[case.num_seqs]);
+    let out = Dev::from(&stream, &vec![0xFFu8; case.out_bytes()]);
+    let bufs = DeviceBuffers {
+        q: q.ptr(&stream),
+        kv_pages: kv.ptr(&stream),
+        kv_lens: kv_lens.ptr(&stream),
+        page_indices: table.ptr(&stream),
+        cu_q_lens: cu.ptr(&stream),
+        num_seqs: ns.ptr(&stream),
+        out: out.ptr(&stream),
+        workspace: Workspace::Allocate,
+    };
+    let launch = || unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &case.spec(), bufs, KernelChoice::Auto) };
+    launch().unwrap(); // loads the module and caches the plan while memory is free
+    stream.synchronize().unwrap();
+
+    // Take every byte the driver hands out, in halving chunks down to 64 KiB: first outside the
+    // stream-ordered pool, then the free space left inside the pool's reserved chunks (the
+    // inputs above came from it), so the pool can neither grow nor serve the scratch.
+    let scratch = workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Auto).unwrap();
+    let cu_stream = stream.cu_stream();
+    let (mut hog, mut pooled) = (Vec::new(), Vec::new());
+    let mut chunk = 1usize << 32;
+    while chunk >= 1 << 16 {
+        match unsafe { cudarc::driver::result::malloc_sync(chunk) } {
+            Ok(p) => hog.push(p),
+            Err(_) => chunk /= 2,
+        }
+    }
+    let mut chunk = 1usize << 26;
+    while chunk >= 1 << 16 {
+        match unsafe { cudarc::driver::result::malloc_async(cu_stream, chunk) } {
+            Ok(p) => pooled.push(p),
+            Err(_) => chunk /= 2,
+        }
+    }
+    let taken = hog.len() + pooled.len();
+    let failed = launch();
+    for p in pooled {
+        unsafe { cudarc::driver::result::free_async(p, cu_stream) }.unwrap();
+    }
+    let sync = stream.synchronize();
+    for p in hog {
+        unsafe { cudarc::driver::result::free_sync(p) }.unwrap();
+    }
+    println!("scratch needed: {scratch} bytes; allocations taken: {taken}");
+    let err = failed.expect_err("the scratch allocation cannot succeed with device memory exhausted").to_string();
+    println!("with device memory exhausted: {err}");
+    assert!(err.contains("cuMemAllocAsync"), "the error names the allocation: {err}");
+    sync.unwrap();
+
+    launch().unwrap();
+    stream.synchronize().unwrap();
+    compare(&case, &stream.clone_dtoh(&out.buf).unwrap(), &cpu, "after the allocation failure");
 }

@@ -1,6 +1,7 @@
-//! The embedded PTX: every kernel the host launches is exported, and `ptxas` (from the
-//! `nvidia-cuda-nvcc` wheel; path in `XGK_PTXAS` or on PATH) accepts it for sm_80 and sm_90 with
-//! no local-memory stack frame and no spills. Fails (not skips) when ptxas is missing.
+//! The embedded PTX images: every image exports every kernel the host launches, and `ptxas` (from
+//! the `nvidia-cuda-nvcc` wheel; path in `XGK_PTXAS` or on PATH) accepts each for the devices it
+//! runs on (sm_80 and sm_90 for the portable image, sm_90a for the Hopper one) with no
+//! local-memory stack frame and no spills. Fails (not skips) when ptxas is missing.
 
 use std::process::Command;
 
@@ -16,7 +17,20 @@ fn ptxas() -> String {
 
 #[test]
 fn ptx_exports_every_kernel() {
-    let ptx = xla_gpu_kernels::PTX;
+    let archs: Vec<&str> = xla_gpu_kernels::PTX_IMAGES.iter().map(|i| i.arch).collect();
+    assert_eq!(archs, ["sm_90a", "sm_80"], "the default images, most specific first");
+    for image in xla_gpu_kernels::PTX_IMAGES {
+        assert!(image.ptx.ends_with('\0'));
+        check_exports(image.ptx, image.arch);
+    }
+    // Only the Hopper image has the grid-dependency instructions the programmatic launches need.
+    let [hopper, portable] = xla_gpu_kernels::PTX_IMAGES else { unreachable!() };
+    assert!(hopper.ptx.contains("griddepcontrol.wait;") && hopper.ptx.contains("griddepcontrol.launch_dependents;"));
+    assert!(!portable.ptx.contains("griddepcontrol"));
+    assert!(hopper.has_grid_dependency_control() && !portable.has_grid_dependency_control());
+}
+
+fn check_exports(ptx: &str, arch: &str) {
     let mut names = vec!["simple_add_f32".to_string(), "simple_add_f16".into(), "simple_add_bf16".into()];
     for q in ["f32", "f16", "bf16"] {
         names.push(format!("rpa_combine_{q}"));
@@ -48,16 +62,22 @@ fn ptx_exports_every_kernel() {
     for name in names {
         assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX");
     }
-    assert!(ptx.contains(&format!(".target {}", xla_gpu_kernels::PTX_ARCH)));
+    assert!(ptx.contains(&format!(".target {arch}")), "{arch}: wrong .target");
 }
 
 #[test]
 fn ptxas_accepts_the_ptx_without_spills() {
     let dir = std::env::temp_dir().join(format!("xgk-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("kernels.ptx");
-    std::fs::write(&file, xla_gpu_kernels::PTX.trim_end_matches('\0')).unwrap();
-    for arch in ["sm_80", "sm_90"] {
+    for (image, arch) in xla_gpu_kernels::PTX_IMAGES.iter().flat_map(|i| {
+        if i.arch == "sm_80" {
+            vec![(i, "sm_80"), (i, "sm_90")]
+        } else {
+            vec![(i, i.arch)]
+        }
+    }) {
+        let file = dir.join(format!("kernels_{}.ptx", image.arch));
+        std::fs::write(&file, image.ptx.trim_end_matches('\0')).unwrap();
         let out = Command::new(ptxas())
             .args(["-v", &format!("-arch={arch}")])
             .arg(&file)

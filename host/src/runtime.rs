@@ -24,8 +24,9 @@ pub use cudarc::driver::sys::CUstream as Stream;
 /// Every driver entry point the library calls (through cudarc, which looks each up on first use
 /// and panics when one is missing): checked once, up front, so an older or partial driver is a
 /// clear error rather than a caught panic in the middle of a launch.
-const REQUIRED_ENTRY_POINTS: [&str; 19] = [
+const REQUIRED_ENTRY_POINTS: [&str; 21] = [
     "cuInit",
+    "cuDriverGetVersion",
     "cuGetErrorString",
     "cuGetErrorName",
     "cuDeviceGet",
@@ -42,6 +43,7 @@ const REQUIRED_ENTRY_POINTS: [&str; 19] = [
     "cuFuncSetAttribute",
     "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     "cuLaunchKernel",
+    "cuLaunchKernelEx",
     "cuMemAllocAsync",
     "cuMemFreeAsync",
 ];
@@ -81,10 +83,51 @@ pub fn ensure_driver() -> Result<()> {
     }
 }
 
-/// The kernels of one PTX image, loaded lazily into each CUDA context that asks for them.
-pub struct KernelModule {
+/// One embedded PTX image and the architecture it was built for (`sm_80`, `sm_90a`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct PtxImage {
+    /// `sm_XY` or `sm_XYa`.
+    pub arch: &'static str,
     /// NUL-terminated PTX text.
-    ptx: &'static str,
+    pub ptx: &'static str,
+}
+
+impl PtxImage {
+    /// The compute capability (`major * 10 + minor`) the image targets, and whether it uses
+    /// architecture-specific (`a`) features.
+    fn target(&self) -> Option<(u32, bool)> {
+        let digits = self.arch.strip_prefix("sm_")?;
+        let specific = digits.ends_with('a');
+        Some((digits.trim_end_matches('a').parse().ok()?, specific))
+    }
+
+    /// Whether the driver can load the image on a device of compute capability `cc`: PTX for
+    /// `sm_XY` is JIT-compiled for XY and every newer device; `sm_XYa` PTX only for XY itself.
+    pub fn runs_on(&self, cc: u32) -> bool {
+        match self.target() {
+            Some((target, true)) => cc == target,
+            Some((target, false)) => cc >= target,
+            None => false,
+        }
+    }
+
+    /// Whether the image was built with the Hopper instructions (`griddepcontrol` for
+    /// programmatic dependent launch): sm_90 and newer.
+    pub fn has_grid_dependency_control(&self) -> bool {
+        self.target().is_some_and(|(target, _)| target >= 90)
+    }
+}
+
+/// Environment variable naming the image to load (an `arch` of the embedded images, such as
+/// `sm_80`) instead of the most specific one that runs on the device: for comparing the images
+/// and for running the portable one on a device that has a specific one. Read when a context
+/// first loads the module.
+pub const PTX_ARCH_ENV_VAR: &str = "XGK_PTX_ARCH";
+
+/// The kernels of the embedded PTX images, loaded lazily into each CUDA context that asks for
+/// them: the first image (most specific first) that runs on the context's device and loads.
+pub struct KernelModule {
+    images: &'static [PtxImage],
     /// (context id, module): a process sees a handful of contexts, so a list suffices. Keyed by
     /// `cuCtxGetId`, not the handle: a destroyed context's handle can be reused by a new one.
     contexts: Mutex<Vec<(u64, Arc<ContextModule>)>>,
@@ -102,6 +145,11 @@ pub struct ContextModule {
     pub multiprocessors: u32,
     /// Compute capability as `major * 10 + minor`.
     pub compute_capability: u32,
+    /// The image loaded here.
+    pub image: PtxImage,
+    /// Whether launches may use programmatic dependent launch: the image has the grid-dependency
+    /// instructions and the driver records programmatic edges under stream capture (CUDA 12.3+).
+    pub programmatic_launch: bool,
 }
 
 // SAFETY: CUcontext/CUmodule are opaque driver handles, valid on any thread; the driver API is
@@ -110,10 +158,15 @@ unsafe impl Send for ContextModule {}
 // SAFETY: see above.
 unsafe impl Sync for ContextModule {}
 
+/// Oldest driver (`cuDriverGetVersion`) whose stream capture records programmatic dependent
+/// launches as graph edges (CUDA 12.3); older drivers launch without the attribute.
+const PROGRAMMATIC_CAPTURE_DRIVER: i32 = 12030;
+
 impl KernelModule {
-    /// `ptx` must end with a NUL byte (`cuModuleLoadData` reads a C string).
-    pub const fn new(ptx: &'static str) -> Self {
-        KernelModule { ptx, contexts: Mutex::new(Vec::new()) }
+    /// `images`, most specific first; each `ptx` must end with a NUL byte (`cuModuleLoadData`
+    /// reads a C string).
+    pub const fn new(images: &'static [PtxImage]) -> Self {
+        KernelModule { images, contexts: Mutex::new(Vec::new()) }
     }
 
     /// How many CUDA contexts have this module loaded (a leak check: it grows only with new
@@ -122,9 +175,9 @@ impl KernelModule {
         self.contexts.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// The PTX text, without its terminating NUL.
-    pub fn ptx(&self) -> &'static str {
-        self.ptx.trim_end_matches('\0')
+    /// The embedded images, most specific first.
+    pub fn images(&self) -> &'static [PtxImage] {
+        self.images
     }
 
     /// The module loaded in the context that owns `stream`, loading it on first use.
@@ -169,13 +222,7 @@ impl KernelModule {
         }
         // Entries of destroyed contexts stay behind, unmatched (ids are never reused); their
         // modules were freed with the context.
-        if !self.ptx.ends_with('\0') {
-            return Err(Error::invalid("internal: PTX image is not NUL-terminated"));
-        }
         let _guard = ContextGuard::push(context)?;
-        // SAFETY: the image is a NUL-terminated PTX string; the context is current.
-        let module = unsafe { cu::module::load_data(self.ptx.as_ptr() as *const c_void) }
-            .map_err(|e| Error::cuda("cuModuleLoadData", e))?;
         let mut device = 0;
         // SAFETY: out-pointer to a local; context is current.
         unsafe { sys::cuCtxGetDevice(&mut device) }.result().map_err(|e| Error::cuda("cuCtxGetDevice", e))?;
@@ -185,16 +232,65 @@ impl KernelModule {
         let multiprocessors = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32;
         let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32;
+        let cc = major * 10 + minor;
+        let (image, module) = self.load_image(cc)?;
+        let mut driver = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { sys::cuDriverGetVersion(&mut driver) }.result().map_err(|e| Error::cuda("cuDriverGetVersion", e))?;
         let loaded = Arc::new(ContextModule {
             context,
             module,
             functions: Mutex::new(HashMap::new()),
             occupancy: Mutex::new(HashMap::new()),
             multiprocessors,
-            compute_capability: major * 10 + minor,
+            compute_capability: cc,
+            image,
+            programmatic_launch: image.has_grid_dependency_control() && driver >= PROGRAMMATIC_CAPTURE_DRIVER,
         });
         contexts.push((id, loaded.clone()));
         Ok(loaded)
+    }
+
+    /// Loads, into the current context, the first image that runs on compute capability `cc`
+    /// (or the one [`PTX_ARCH_ENV_VAR`] names), falling back to the next when the driver refuses
+    /// one (an older driver's PTX JIT, say).
+    fn load_image(&self, cc: u32) -> Result<(PtxImage, CUmodule)> {
+        let forced = std::env::var(PTX_ARCH_ENV_VAR).ok().filter(|v| !v.is_empty());
+        if let Some(arch) = &forced {
+            if !self.images.iter().any(|i| i.arch == arch) {
+                let have: Vec<&str> = self.images.iter().map(|i| i.arch).collect();
+                return Err(Error::invalid(format!(
+                    "{PTX_ARCH_ENV_VAR}={arch:?} names no embedded PTX image; the library has {have:?}"
+                )));
+            }
+        }
+        let mut refused = Vec::new();
+        for image in self.images.iter().filter(|i| forced.as_deref().is_none_or(|a| a == i.arch)) {
+            if !image.runs_on(cc) {
+                continue;
+            }
+            if !image.ptx.ends_with('\0') {
+                return Err(Error::invalid("internal: PTX image is not NUL-terminated"));
+            }
+            // SAFETY: the image is a NUL-terminated PTX string; the caller made the context current.
+            match unsafe { cu::module::load_data(image.ptx.as_ptr() as *const c_void) } {
+                Ok(module) => return Ok((*image, module)),
+                Err(e) => refused.push(format!("{}: {}", image.arch, Error::cuda("cuModuleLoadData", e))),
+            }
+        }
+        let cc_text = format!("{}.{}", cc / 10, cc % 10);
+        Err(if refused.is_empty() {
+            let have: Vec<&str> = self.images.iter().map(|i| i.arch).collect();
+            Error::invalid(format!(
+                "no embedded PTX image runs on this GPU (compute capability {cc_text}); the library has {have:?} \
+                 (the kernels need compute capability 8.0 or newer)"
+            ))
+        } else {
+            Error::Driver(format!(
+                "the driver loaded no PTX image on compute capability {cc_text}: {}",
+                refused.join("; ")
+            ))
+        })
     }
 }
 
@@ -257,23 +353,52 @@ impl ContextModule {
         Ok(n)
     }
 
-    /// Enqueues `kernel` on `stream`.
+    /// Enqueues `kernel` on `stream`. With `programmatic` (and [`Self::programmatic_launch`]),
+    /// the launch carries the programmatic-stream-serialization attribute: the kernel may start
+    /// before the preceding kernel on the stream has finished, and must call
+    /// `griddepcontrol.wait` (`kernels_gpu::grid_dependency`) before touching memory that kernel
+    /// uses.
     ///
     /// # Safety
     /// `args` must match the kernel's parameter list in number, order and type (each entry points
     /// at a value of the parameter's type), and every device pointer among them must be valid for
-    /// the accesses the kernel makes with the given grid.
+    /// the accesses the kernel makes with the given grid. With `programmatic`, the kernel must
+    /// wait as above.
     pub unsafe fn launch(
         &self,
         stream: CUstream,
         kernel: &'static str,
         cfg: LaunchConfig,
         args: &mut [*mut c_void],
+        programmatic: bool,
     ) -> Result<()> {
         let f = self.function_with_shared(kernel, cfg.shared_bytes)?;
         let _guard = ContextGuard::push(self.context)?;
-        cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
-            .map_err(|e| Error::cuda("cuLaunchKernel", e))?;
+        if programmatic && self.programmatic_launch {
+            // SAFETY: a plain C struct (an id and a union of integers) for which zero is valid.
+            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attribute.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: cfg.grid.0,
+                gridDimY: cfg.grid.1,
+                gridDimZ: cfg.grid.2,
+                blockDimX: cfg.block.0,
+                blockDimY: cfg.block.1,
+                blockDimZ: cfg.block.2,
+                sharedMemBytes: cfg.shared_bytes,
+                hStream: stream,
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            // SAFETY: `config` and `attribute` outlive the call; the arguments as the caller promised.
+            unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }
+                .result()
+                .map_err(|e| Error::cuda("cuLaunchKernelEx", e))?;
+        } else {
+            cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
+                .map_err(|e| Error::cuda("cuLaunchKernel", e))?;
+        }
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -406,5 +531,24 @@ impl KernelArgs {
                 unsafe { b.as_mut_ptr().add(offset) as *mut c_void }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PtxImage;
+
+    #[test]
+    fn images_run_where_the_driver_can_load_them() {
+        let portable = PtxImage { arch: "sm_80", ptx: "\0" };
+        let hopper = PtxImage { arch: "sm_90a", ptx: "\0" };
+        // Portable PTX: its architecture and every newer one (JIT).
+        assert!(!portable.runs_on(75));
+        assert!(portable.runs_on(80) && portable.runs_on(86) && portable.runs_on(90) && portable.runs_on(100));
+        // Architecture-specific PTX: that architecture only.
+        assert!(hopper.runs_on(90));
+        assert!(!hopper.runs_on(89) && !hopper.runs_on(100) && !hopper.runs_on(120));
+        assert!(hopper.has_grid_dependency_control() && !portable.has_grid_dependency_control());
+        assert!(!PtxImage { arch: "compute_90", ptx: "\0" }.runs_on(90));
     }
 }

@@ -25,6 +25,7 @@ pub use kernels_gpu_macros::kernel;
 pub mod attention;
 pub mod copy;
 pub mod fp8;
+pub mod grid_dependency;
 pub mod kernels;
 pub mod math;
 pub mod mma;

@@ -90,7 +90,7 @@ impl SimpleAdd {
         let mut args = KernelArgs::new();
         args.push(a).push(b).push(out).push(self.len as u64).push(vector_ok as u32);
         let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
-        module.launch(stream, self.kernel(), cfg, &mut args.pointers())
+        module.launch(stream, self.kernel(), cfg, &mut args.pointers(), false)
     }
 
     /// CPU implementation: `out = a + b` over host byte buffers (the Host handler).

@@ -156,6 +156,11 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
 ) {
     let lane = lane_id();
     let warp = thread_idx_x() / WARP_SIZE;
+    // Programmatic dependent launch (sm_90 image; no-ops otherwise): let the next kernel (the
+    // split merge, or the next call's) launch during this one's last wave, and touch no memory
+    // before the kernel before this one has finished.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     let d = p.head_dim as usize;
     let blk = resolve_block(&ptr, &p, HC as u32);
     let (t, h0, hc, window, split_lo, split_hi) = (blk.t, blk.h0, blk.hc, blk.window, blk.split_lo, blk.split_hi);
@@ -320,6 +325,10 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
 /// log-sum-exp. Rows where every split saw no key are written as zeros.
 #[inline(always)]
 unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
+    // Launched programmatically after the split kernel: its partials are complete and visible
+    // only after the wait.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     let t = block_idx_x() as usize;
     let h = block_idx_y() as usize;
     let d = p.head_dim as usize;

@@ -218,6 +218,11 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
     p: RpaParams,
 ) {
     let lane = lane_id() as usize;
+    // Programmatic dependent launch (sm_90 image; no-ops otherwise): let the next kernel (the
+    // split merge, or the next call's) launch during this one's last wave, and touch no memory
+    // before the kernel before this one has finished.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     let warp = thread_idx_x() / WARP_SIZE;
     let (gq, cq) = (lane / 4, lane % 4);
     let d = p.head_dim as usize;

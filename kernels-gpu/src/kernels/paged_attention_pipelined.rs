@@ -172,6 +172,11 @@ unsafe fn rpa_pipelined<
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
+    // Programmatic dependent launch (sm_90 image; no-ops otherwise): let the next kernel (the
+    // split merge, or the next call's) launch during this one's last wave, and touch no memory
+    // before the kernel before this one has finished.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     // DSPLIT warps share each 16-key group, each accumulating NTILES 8-dim tiles of O (head dims
     // [dim_part * 8 * NTILES, ...)); all compute the group's full S.
     const { assert!(NTILES * 8 * DSPLIT == D && KSTEPS * 16 == D, "tiles cover the head dim") };

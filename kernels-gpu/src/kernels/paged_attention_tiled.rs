@@ -59,7 +59,6 @@ pub const PLAN_ITEM_WORDS: u32 = 4;
 const ZERO_ITEM_ROWS: u32 = 64;
 /// The sequence of a zero-fill item.
 const NO_SEQUENCE: u32 = u32::MAX;
-/// 16-key groups of a tile.
 
 /// Whether the tiled kernel covers a head size and GQA group (16-bit KV of q's dtype).
 pub const fn tiled_supports(head_dim: u32, group: u32) -> bool {
@@ -103,6 +102,10 @@ fn is_short(rows: u32, group: u32) -> bool {
 /// the short items, then the zero-fill items; the header holds the item and tile-item counts.
 #[inline(always)]
 unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, p: RpaParams) {
+    // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
+    // and waits for the plan before reading it.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     let tid = thread_idx_x() as usize;
     let threads = PLAN_THREADS as usize;
     let n = clamp_num_seqs(*num_seqs, p.max_num_seqs);
@@ -257,6 +260,9 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     p: RpaParams,
 ) {
     const { assert!(NTILES * 8 == D && KSTEPS * 16 == D, "tiles cover the head dim") };
+    // Launched programmatically after `rpa_plan` (sm_90 image): the plan is readable after the wait.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     let count = *ptr.plan;
     let fallback = *ptr.plan.add(1) != 0;
     // One item per block; with an invalid cu_q_lens (fallback), one row per item, owned as

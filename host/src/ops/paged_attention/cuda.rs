@@ -136,7 +136,7 @@ impl KernelChoice {
     /// The process's choice: [`KERNEL_ENV_VAR`] as read at the first call or the last
     /// [`reload_settings`] (reading the environment takes a lock and a scan: not per call).
     pub fn configured() -> Result<Self> {
-        Ok(settings()?.0)
+        Ok(settings()?.choice)
     }
 
     /// The choice named by [`KERNEL_ENV_VAR`] now, or `Auto` when it is unset.
@@ -167,24 +167,55 @@ fn copy_hint_from_env() -> u32 {
     std::env::var("XGK_RPA_COPY_HINT").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_COPY_HINT) & 3
 }
 
-/// (kernel choice, copy hint) from the environment, read once; `None` until first read.
-static SETTINGS: std::sync::RwLock<Option<(KernelChoice, u32)>> = std::sync::RwLock::new(None);
+/// Environment variable switching programmatic dependent launch off (`0`) or on (`1`, the
+/// default): where the loaded image has the grid-dependency instructions (sm_90a) and the driver
+/// records it under capture, each attention kernel may launch while the kernel before it on the
+/// stream finishes (the split merge and the tile kernel overlap their launch with the first
+/// kernel's tail).
+pub const PROGRAMMATIC_LAUNCH_ENV_VAR: &str = "XGK_PDL";
+
+fn programmatic_from_env() -> Result<bool> {
+    match std::env::var(PROGRAMMATIC_LAUNCH_ENV_VAR).as_deref() {
+        Err(_) | Ok("") | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(other) => Err(crate::Error::invalid(format!("{PROGRAMMATIC_LAUNCH_ENV_VAR}={other:?}: expected 0 or 1"))),
+    }
+}
+
+/// The process's launch settings, from the environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchSettings {
+    /// [`KERNEL_ENV_VAR`].
+    pub choice: KernelChoice,
+    /// `XGK_RPA_COPY_HINT`.
+    pub copy_hint: u32,
+    /// [`PROGRAMMATIC_LAUNCH_ENV_VAR`].
+    pub programmatic: bool,
+}
+
+/// The settings, read once; `None` until first read.
+static SETTINGS: std::sync::RwLock<Option<LaunchSettings>> = std::sync::RwLock::new(None);
 
 /// The launch settings of the process (see [`KernelChoice::configured`]).
-fn settings() -> Result<(KernelChoice, u32)> {
+fn settings() -> Result<LaunchSettings> {
     if let Some(s) = *SETTINGS.read().unwrap_or_else(|e| e.into_inner()) {
         return Ok(s);
     }
     reload_settings()
 }
 
-/// Re-reads [`KERNEL_ENV_VAR`] and `XGK_RPA_COPY_HINT` (benchmarks switch kernels in one process:
-/// set the variables, then call this, or `xgk_reload_settings` from C). An invalid value is an
-/// error, here and at every launch until a valid one is read.
-pub fn reload_settings() -> Result<(KernelChoice, u32)> {
+/// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT` and [`PROGRAMMATIC_LAUNCH_ENV_VAR`]
+/// (benchmarks switch kernels in one process: set the variables, then call this, or
+/// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
+/// valid one is read.
+pub fn reload_settings() -> Result<LaunchSettings> {
     let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
     *guard = None;
-    let s = (KernelChoice::from_env()?, copy_hint_from_env());
+    let s = LaunchSettings {
+        choice: KernelChoice::from_env()?,
+        copy_hint: copy_hint_from_env(),
+        programmatic: programmatic_from_env()?,
+    };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
     Ok(s)
@@ -630,8 +661,9 @@ unsafe fn launch_direct(
     scratch: u64,
     l: DirectPlan,
 ) -> Result<()> {
+    let settings = settings()?;
     let mut params = spec.kernel_params(l.splits, l.split_len);
-    params.copy_hint = settings()?.1;
+    params.copy_hint = settings.copy_hint;
     let (part_o, part_lse) = if l.splits > 1 {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)
@@ -646,7 +678,7 @@ unsafe fn launch_direct(
         block: (l.threads, 1, 1),
         shared_bytes: l.shared_bytes,
     };
-    module.launch(stream, l.name, cfg, &mut args.pointers())?;
+    module.launch(stream, l.name, cfg, &mut args.pointers(), settings.programmatic)?;
     if l.splits <= 1 {
         return Ok(());
     }
@@ -654,7 +686,7 @@ unsafe fn launch_direct(
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
     let cfg =
         LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
-    module.launch(stream, combine_kernel(spec), cfg, &mut args.pointers())
+    module.launch(stream, combine_kernel(spec), cfg, &mut args.pointers(), settings.programmatic)
 }
 
 /// The split-KV merge kernel for q's dtype.
@@ -679,15 +711,16 @@ unsafe fn launch_tiled(
     plan: u64,
     t: TiledPlan,
 ) -> Result<()> {
+    let settings = settings()?;
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
-    params.copy_hint = settings()?.1;
+    params.copy_hint = settings.copy_hint;
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
 
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
-    module.launch(stream, "rpa_plan", cfg, &mut args.pointers())?;
+    module.launch(stream, "rpa_plan", cfg, &mut args.pointers(), settings.programmatic)?;
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
@@ -696,7 +729,7 @@ unsafe fn launch_tiled(
         block: (TILE_THREADS, 1, 1),
         shared_bytes: tiled_shared_bytes(spec.head_dim),
     };
-    module.launch(stream, t.name, cfg, &mut args.pointers())
+    module.launch(stream, t.name, cfg, &mut args.pointers(), settings.programmatic)
 }
 
 #[cfg(test)]
