@@ -4,8 +4,11 @@ fixed width (what peers.py prints last).
     python3 benchmarks/peers_table.py benchmarks/results/peers-decode-G1-H100-...json [--fixed]
 
 Decode cases show median µs (% of the copy bandwidth measured in the same run); prefill and mixed
-batches median µs (causal TFLOP/s). The last column is ours-auto's speed against the fastest peer
-(> 1: ours faster); without an ours-auto row, the first ours-* row's.
+batches median µs (causal TFLOP/s). A peer with profiler kernel times (`kernel_us`: device busy
+time per call, no launch gaps or host cost) gets a second column "<peer> kernels". The last
+column is ours-auto's speed against the fastest peer (> 1: ours faster; a peer's time is the
+shorter of its median and its kernel time, ours is its median); without an ours-auto row, the
+first ours-* row's.
 """
 
 from __future__ import annotations
@@ -29,14 +32,26 @@ def ours_name(names: list) -> str:
     return "ours-auto" if "ours-auto" in names else next((n for n in names if n.startswith("ours")), "ours-auto")
 
 
-def cell(case: dict, res: dict | None) -> str:
+def cell(case: dict, res: dict | None, key: str = "median_us") -> str:
     if res is None:
         return "—"
-    if "median_us" not in res:
-        return "error"
+    if key not in res or "median_us" not in res:
+        return "error" if "median_us" not in res else "—"
+    scale = res["median_us"] / res[key]  # the derived figures are per median
     if kind(case) == "decode":
-        return f"{res['median_us']:.1f} ({100 * res['copy_fraction']:.0f} %)"
-    return f"{res['median_us']:.1f} ({res['TFLOPs']:.0f} TFLOP/s)"
+        return f"{res[key]:.1f} ({100 * res['copy_fraction'] * scale:.0f} %)"
+    return f"{res[key]:.1f} ({res['TFLOPs'] * scale:.0f} TFLOP/s)"
+
+
+def columns(cases: list, names: list) -> list:
+    """(header, implementation, key): each implementation's median, and the kernel time of the
+    peers that have one."""
+    cols = []
+    for n in names:
+        cols.append((n, n, "median_us"))
+        if not n.startswith("ours") and any("kernel_us" in c["results"].get(n, {}) for c in cases):
+            cols.append((f"{n} kernels", n, "kernel_us"))
+    return cols
 
 
 def summary(cases: list, ours: str, peers: list) -> str:
@@ -57,15 +72,16 @@ def markdown(result: dict) -> str:
     unit = "median µs (% of copy bandwidth)"
     if any(kind(c) != "decode" for c in cases):
         unit = "median µs (% of copy bandwidth for decode; causal TFLOP/s for prefill and mixed batches)"
-    head = "| case | " + " | ".join(names) + f" | {ours} vs fastest peer |"
+    cols = columns(cases, names)
+    head = "| case | " + " | ".join(h for h, _, _ in cols) + f" | {ours} vs fastest peer |"
     lines = [f"{result['gpu']}, {result['date']}, copy bandwidth {result['copy_GBps']:.0f} GB/s; {unit}", "", head,
-             "|---|" + "---:|" * (len(names) + 1)]
+             "|---|" + "---:|" * (len(cols) + 1)]
     for c in cases:
-        cells = [cell(c, c["results"].get(n)) for n in names]
+        cells = [cell(c, c["results"].get(n), key) for _, n, key in cols]
         res = c["results"].get(ours, {})
         ratio = f"{res['speed_vs_fastest_peer']:.2f}×" if "speed_vs_fastest_peer" in res else "—"
         if c["notes"] and not any("median_us" in r for r in c["results"].values()):
-            cells = ["; ".join(c["notes"])] + [""] * (len(names) - 1)
+            cells = ["; ".join(c["notes"])] + [""] * (len(cols) - 1)
         lines.append(f"| {c['name']} | " + " | ".join(cells) + f" | {ratio} |")
     line = summary(cases, ours, peers)
     if line:

@@ -26,9 +26,10 @@ def test_bad_inputs_on_cuda():
     args, _ = make_case(np.random.default_rng(7), q_dtype="float32", head_dim=64)
     kw = {"sm_scale": 0.125}
     t = [torch.from_numpy(a).cuda() for a in args]
-    with raises(ValueError, "all tensors must be on one device, got ['cpu', 'cuda:0']"):
+    with raises(ValueError, "all tensors must be on one device, got q on cuda:0, kv_pages on cuda:0, kv_lens on "
+                            "cuda:0, page_indices on cuda:0, cu_q_lens on cuda:0, num_seqs on cpu"):
         xt.paged_attention(*t[:5], t[5].cpu(), **kw)
-    with raises(ValueError, "all tensors must be on one device, got ['cpu', 'cuda:0']"):
+    with raises(ValueError, "all tensors must be on one device, got a on cuda:0, b on cpu"):
         xt.simple_add(torch.ones(4, device="cuda"), torch.ones(4))
     with raises(ValueError, "q dtype must be f32, f16 or bf16, got s32"):
         xt.paged_attention(t[0].int(), *t[1:], **kw)
