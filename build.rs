@@ -59,17 +59,27 @@ struct Image {
     hopper: bool,
 }
 
-/// Parses `XGK_CUDA_ARCHS` (see the module docs).
+/// Parses `XGK_CUDA_ARCHS` (see the module docs) into images ordered most specific first: the
+/// runtime loads the first that runs on the device, so an `a` image (its architecture only) comes
+/// before portable ones, and newer portable ones before older.
 fn images(spec: &str) -> Result<Vec<Image>, String> {
-    let mut images = Vec::new();
+    let mut images: Vec<(u32, bool, Image)> = Vec::new();
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (arch, features) = entry.split_once('=').unwrap_or((entry, ""));
-        let digits = arch.strip_prefix("sm_").map(|d| d.trim_end_matches('a'));
-        let Some(cc) = digits.and_then(|d| d.parse::<u32>().ok()) else {
-            return Err(format!("XGK_CUDA_ARCHS entry {entry:?} is not sm_XX[a][=+ptxNN]"));
+        let digits = arch.strip_prefix("sm_").unwrap_or("");
+        let (number, specific) = match digits.strip_suffix('a') {
+            Some(n) => (n, true),
+            None => (digits, false),
+        };
+        let cc = match number.parse::<u32>() {
+            Ok(cc) if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) => cc,
+            _ => return Err(format!("XGK_CUDA_ARCHS entry {entry:?} is not sm_XX[a][=+ptxNN]")),
         };
         if cc < 80 {
             return Err(format!("XGK_CUDA_ARCHS entry {entry:?}: the kernels need sm_80 or newer"));
+        }
+        if images.iter().any(|(_, _, i)| i.arch == arch) {
+            return Err(format!("XGK_CUDA_ARCHS names {arch} twice"));
         }
         let features = if features.is_empty() {
             if cc >= 90 {
@@ -80,12 +90,13 @@ fn images(spec: &str) -> Result<Vec<Image>, String> {
         } else {
             features
         };
-        images.push(Image { arch: arch.to_string(), features: features.to_string(), hopper: cc >= 90 });
+        images.push((cc, specific, Image { arch: arch.to_string(), features: features.to_string(), hopper: cc >= 90 }));
     }
     if images.is_empty() {
         return Err("XGK_CUDA_ARCHS names no architecture".into());
     }
-    Ok(images)
+    images.sort_by_key(|(cc, specific, _)| (std::cmp::Reverse(*specific), std::cmp::Reverse(*cc)));
+    Ok(images.into_iter().map(|(_, _, image)| image).collect())
 }
 
 fn build_ptx() -> Result<(), String> {
@@ -123,12 +134,12 @@ fn build_ptx() -> Result<(), String> {
     let mut table = String::from("&[\n");
     for image in &images {
         let text = build_image(image, &kernels_dir, &out_dir, &llvm_bin)?;
-        let file = out_dir.join(format!("kernels_{}.ptx", image.arch));
-        fs::write(&file, &text).map_err(|e| e.to_string())?;
+        let file_name = format!("kernels_{}.ptx", image.arch);
+        fs::write(out_dir.join(&file_name), &text).map_err(|e| e.to_string())?;
+        // `arch` is `sm_` + digits (+ `a`), checked by `images`: safe inside the string literals.
         table.push_str(&format!(
-            "    host::runtime::PtxImage {{ arch: {:?}, ptx: concat!(include_str!({:?}), \"\\0\") }},\n",
-            image.arch,
-            file.display().to_string()
+            "    host::runtime::PtxImage {{ arch: \"{}\", ptx: concat!(include_str!(concat!(env!(\"OUT_DIR\"), \"/{}\")), \"\\0\") }},\n",
+            image.arch, file_name
         ));
     }
     table.push(']');

@@ -5,7 +5,7 @@
 # the GPU machine from the repository root with .gpu/ staged (scripts/stage_gpu.sh). Writes one
 # log per (tool, test) and a summary table to $OUT/sanitizers.md; exits non-zero if any tool
 # reported an error. SANITIZE_TOOLS / SANITIZE_TIMEOUT (seconds per run, default 500) narrow it.
-# SANITIZE_SKIP lists tests left out (default: the memory-exhaustion test, which takes every byte
+# SANITIZE_SKIP lists tests left out, space separated (default: the memory-exhaustion test, which takes every byte
 # of device memory, the sanitizer's own included: it checks host-side error handling, no kernel).
 set -uo pipefail
 OUT=${OUT:-/tmp/xgk-out}; mkdir -p "$OUT"
@@ -13,7 +13,8 @@ export XGK_GPU_CASES_PERCENT=${XGK_GPU_CASES_PERCENT:-25} XGK_SOAK_CALLS=${XGK_S
 tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 limit=${SANITIZE_TIMEOUT:-500}
 skip=${SANITIZE_SKIP-scratch_allocation_failure_is_an_error_and_the_next_call_works}
-tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p' | grep -vxF -e "${skip:-\n}")
+tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p' \
+        | grep -vxFf <(tr ' ' '\n' <<< "$skip" | grep . || true))
 failed=0
 {
   echo "# compute-sanitizer over the GPU suite ($(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"

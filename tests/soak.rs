@@ -191,7 +191,9 @@ fn worker(
     let a_host: Vec<f64> = (0..max_n).map(|_| rng.gen_range(-100.0..100.0)).collect();
     let b_host: Vec<f64> = (0..max_n).map(|_| rng.gen_range(-100.0..100.0)).collect();
     let add_dtypes = [DType::F32, DType::F16, DType::BF16];
-    let add_bufs: Vec<(CudaSlice<u8>, CudaSlice<u8>, CudaSlice<u8>, Vec<u8>)> = add_dtypes
+    // Per dtype: device a, b, out, and the expected sum's bytes.
+    type AddBuffers = (CudaSlice<u8>, CudaSlice<u8>, CudaSlice<u8>, Vec<u8>);
+    let add_bufs: Vec<AddBuffers> = add_dtypes
         .iter()
         .map(|&t| {
             let (a, b) = (encode(t, &a_host), encode(t, &b_host));

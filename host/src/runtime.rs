@@ -26,7 +26,6 @@ pub use cudarc::driver::sys::CUstream as Stream;
 /// clear error rather than a caught panic in the middle of a launch.
 const REQUIRED_ENTRY_POINTS: [&str; 21] = [
     "cuInit",
-    "cuDriverGetVersion",
     "cuGetErrorString",
     "cuGetErrorName",
     "cuDeviceGet",
@@ -46,6 +45,7 @@ const REQUIRED_ENTRY_POINTS: [&str; 21] = [
     "cuLaunchKernelEx",
     "cuMemAllocAsync",
     "cuMemFreeAsync",
+    "cuDriverGetVersion",
 ];
 
 /// Why the driver cannot be used (kept for the process: the answer does not change).
@@ -123,6 +123,22 @@ impl PtxImage {
 /// and for running the portable one on a device that has a specific one. Read when a context
 /// first loads the module.
 pub const PTX_ARCH_ENV_VAR: &str = "XGK_PTX_ARCH";
+
+/// Whether a `cuModuleLoadData` error means the driver could not compile or use this image (so
+/// the next image may load), as opposed to a failure of the context or the device.
+fn image_not_compiled(code: sys::CUresult) -> bool {
+    use sys::CUresult::*;
+    matches!(
+        code,
+        CUDA_ERROR_INVALID_PTX
+            | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            | CUDA_ERROR_NO_BINARY_FOR_GPU
+            | CUDA_ERROR_INVALID_IMAGE
+            | CUDA_ERROR_INVALID_SOURCE
+            | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+            | CUDA_ERROR_JIT_COMPILATION_DISABLED
+    )
+}
 
 /// The kernels of the embedded PTX images, loaded lazily into each CUDA context that asks for
 /// them: the first image (most specific first) that runs on the context's device and loads.
@@ -233,10 +249,10 @@ impl KernelModule {
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32;
         let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32;
         let cc = major * 10 + minor;
-        let (image, module) = self.load_image(cc)?;
         let mut driver = 0;
         // SAFETY: out-pointer to a local.
         unsafe { sys::cuDriverGetVersion(&mut driver) }.result().map_err(|e| Error::cuda("cuDriverGetVersion", e))?;
+        let (image, module) = self.load_image(cc)?;
         let loaded = Arc::new(ContextModule {
             context,
             module,
@@ -252,8 +268,10 @@ impl KernelModule {
     }
 
     /// Loads, into the current context, the first image that runs on compute capability `cc`
-    /// (or the one [`PTX_ARCH_ENV_VAR`] names), falling back to the next when the driver refuses
-    /// one (an older driver's PTX JIT, say).
+    /// (or the one [`PTX_ARCH_ENV_VAR`] names), falling back to the next when the driver cannot
+    /// compile one (an older driver's PTX JIT, say). Any other load error (out of memory, a sticky
+    /// error from an earlier fault) is returned as it is: falling back then would cache the
+    /// portable image for the context for good.
     fn load_image(&self, cc: u32) -> Result<(PtxImage, CUmodule)> {
         let forced = std::env::var(PTX_ARCH_ENV_VAR).ok().filter(|v| !v.is_empty());
         if let Some(arch) = &forced {
@@ -275,15 +293,23 @@ impl KernelModule {
             // SAFETY: the image is a NUL-terminated PTX string; the caller made the context current.
             match unsafe { cu::module::load_data(image.ptx.as_ptr() as *const c_void) } {
                 Ok(module) => return Ok((*image, module)),
-                Err(e) => refused.push(format!("{}: {}", image.arch, Error::cuda("cuModuleLoadData", e))),
+                Err(e) if image_not_compiled(e.0) => {
+                    refused.push(format!("{}: {}", image.arch, Error::cuda("cuModuleLoadData", e)))
+                }
+                Err(e) => return Err(Error::cuda("cuModuleLoadData", e)),
             }
         }
         let cc_text = format!("{}.{}", cc / 10, cc % 10);
         Err(if refused.is_empty() {
             let have: Vec<&str> = self.images.iter().map(|i| i.arch).collect();
+            let chosen = match &forced {
+                Some(arch) => format!("the image {PTX_ARCH_ENV_VAR}={arch:?} names does not run"),
+                None => "no embedded PTX image runs".to_string(),
+            };
             Error::invalid(format!(
-                "no embedded PTX image runs on this GPU (compute capability {cc_text}); the library has {have:?} \
-                 (the kernels need compute capability 8.0 or newer)"
+                "{chosen} on this GPU (compute capability {cc_text}); the library has {have:?} \
+                 (the kernels need compute capability 8.0 or newer; an `a` image runs on its own \
+                 architecture only)"
             ))
         } else {
             Error::Driver(format!(
@@ -392,9 +418,16 @@ impl ContextModule {
                 numAttrs: 1,
             };
             // SAFETY: `config` and `attribute` outlive the call; the arguments as the caller promised.
-            unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }
-                .result()
-                .map_err(|e| Error::cuda("cuLaunchKernelEx", e))?;
+            match unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }.result() {
+                Ok(()) => {}
+                // A driver or capture mode that refuses the attribute: the launch without it is
+                // still correct (the kernel's wait returns at once).
+                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_SUPPORTED => {
+                    cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
+                        .map_err(|e| Error::cuda("cuLaunchKernel", e))?
+                }
+                Err(e) => return Err(Error::cuda("cuLaunchKernelEx", e)),
+            }
         } else {
             cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
                 .map_err(|e| Error::cuda("cuLaunchKernel", e))?;

@@ -62,8 +62,10 @@ pub fn choose_splits(blocks_per_split: u64, max_keys: u32, multiprocessors: u32)
 const BLOCK_OVERHEAD_KEYS: u64 = 64;
 /// The split merge kernel's cost, in keys' worth of one block's streaming.
 const MERGE_OVERHEAD_KEYS: u64 = 96;
-/// Fewest keys per split of the pipelined kernel (four pipeline tiles).
-const MIN_PIPELINED_SPLIT: u32 = 4 * PIPE_TILE_KEYS;
+/// Fewest pipeline tiles per split of the pipelined kernel, unless `XGK_RPA_MIN_SPLIT_TILES` says
+/// otherwise (a tuning knob for the smallest decode cells, whose time is a block's serial chain of
+/// tiles plus the merge: fewer tiles per block shorten the chain and add merge work).
+pub const DEFAULT_MIN_SPLIT_TILES: u32 = 4;
 
 /// Splits and keys per split for the pipelined kernel, from static shapes only.
 ///
@@ -72,12 +74,12 @@ const MIN_PIPELINED_SPLIT: u32 = 4 * PIPE_TILE_KEYS;
 /// there is more than one split. Among split counts within [`SPLIT_COST_SLACK_PERCENT`] of the
 /// cheapest, the most splits win: the model assumes every sequence is as long as the page table
 /// allows, and shorter splits balance real batches of uneven lengths (a split past a sequence's
-/// end exits at once). Splits are whole pipeline tiles, at least [`MIN_PIPELINED_SPLIT`] keys.
-pub fn choose_splits_by_waves(blocks_per_split: u64, max_keys: u32, slots: u64) -> (u32, u32) {
+/// end exits at once). Splits are whole pipeline tiles, at least `min_split_tiles` of them.
+pub fn choose_splits_by_waves(blocks_per_split: u64, max_keys: u32, slots: u64, min_split_tiles: u32) -> (u32, u32) {
     let max_keys = max_keys.max(1);
     let blocks_per_split = blocks_per_split.max(1);
     let slots = slots.max(1);
-    let most = (max_keys / MIN_PIPELINED_SPLIT).clamp(1, MAX_SPLITS);
+    let most = (max_keys / (min_split_tiles.max(1) * PIPE_TILE_KEYS)).clamp(1, MAX_SPLITS);
     let candidates: Vec<(u64, u32, u32)> = (1..=most)
         .map(|wanted| {
             let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
@@ -182,6 +184,20 @@ fn programmatic_from_env() -> Result<bool> {
     }
 }
 
+/// Environment variable overriding [`DEFAULT_MIN_SPLIT_TILES`] (1 to 64).
+pub const MIN_SPLIT_TILES_ENV_VAR: &str = "XGK_RPA_MIN_SPLIT_TILES";
+
+fn min_split_tiles_from_env() -> Result<u32> {
+    match std::env::var(MIN_SPLIT_TILES_ENV_VAR) {
+        Err(_) => Ok(DEFAULT_MIN_SPLIT_TILES),
+        Ok(v) if v.is_empty() => Ok(DEFAULT_MIN_SPLIT_TILES),
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=64).contains(&n) => Ok(n),
+            _ => Err(crate::Error::invalid(format!("{MIN_SPLIT_TILES_ENV_VAR}={v:?}: expected 1 to 64"))),
+        },
+    }
+}
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -191,6 +207,8 @@ pub struct LaunchSettings {
     pub copy_hint: u32,
     /// [`PROGRAMMATIC_LAUNCH_ENV_VAR`].
     pub programmatic: bool,
+    /// [`MIN_SPLIT_TILES_ENV_VAR`].
+    pub min_split_tiles: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -204,7 +222,8 @@ fn settings() -> Result<LaunchSettings> {
     reload_settings()
 }
 
-/// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT` and [`PROGRAMMATIC_LAUNCH_ENV_VAR`]
+/// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`] and
+/// [`MIN_SPLIT_TILES_ENV_VAR`]
 /// (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
@@ -215,6 +234,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         choice: KernelChoice::from_env()?,
         copy_hint: copy_hint_from_env(),
         programmatic: programmatic_from_env()?,
+        min_split_tiles: min_split_tiles_from_env()?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -519,7 +539,7 @@ fn plan_launch(
     let (mut splits, mut split_len) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
         let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
-        choose_splits_by_waves(blocks_per_split, max_keys, slots)
+        choose_splits_by_waves(blocks_per_split, max_keys, slots, settings()?.min_split_tiles)
     } else {
         choose_splits(blocks_per_split, max_keys, module.multiprocessors)
     };
@@ -752,15 +772,18 @@ mod tests {
     fn pipelined_splits_fill_whole_waves() {
         let slots = 2 * 132;
         // B64 x 8k, 8 KV heads: 512 blocks already make two nearly full waves.
-        let (s, len) = choose_splits_by_waves(64 * 8, 8192, slots);
+        let (s, len) = choose_splits_by_waves(64 * 8, 8192, slots, DEFAULT_MIN_SPLIT_TILES);
         assert_eq!(s * len, 8192);
         assert!((64 * 8 * s as u64).div_ceil(slots) * len as u64 <= 8192 * 2);
         // B1 x 32k: 8 blocks per split; split until about one wave (~32 splits of 1k keys).
-        let (s, len) = choose_splits_by_waves(8, 32768, slots);
+        let (s, len) = choose_splits_by_waves(8, 32768, slots, DEFAULT_MIN_SPLIT_TILES);
         assert!((24..=33).contains(&s), "{s} splits");
         assert!(len % PIPE_TILE_KEYS == 0 && s * len >= 32768);
         // Tiny: never below the minimum split.
-        assert_eq!(choose_splits_by_waves(8, 300, slots), (1, 320));
-        assert_eq!(choose_splits_by_waves(1, 0, slots), (1, 64));
+        assert_eq!(choose_splits_by_waves(8, 300, slots, DEFAULT_MIN_SPLIT_TILES), (1, 320));
+        assert_eq!(choose_splits_by_waves(1, 0, slots, DEFAULT_MIN_SPLIT_TILES), (1, 64));
+        // B1 x 512: two splits of four tiles by default; one-tile splits give eight.
+        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES), (2, 256));
+        assert_eq!(choose_splits_by_waves(8, 512, slots, 1), (8, 64));
     }
 }
