@@ -380,13 +380,14 @@ def from_jax(x):
     return torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(DEVICE)
 
 
-def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles=""):
+def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge_cost_keys=""):
     """Sets the variant for the calls that follow (the library reads these once, and again on
     `reload_settings`)."""
     from xla_gpu_kernels import _capi
     os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = kernel, hint
     os.environ["XGK_PDL"] = "1" if programmatic else "0"
     os.environ["XGK_RPA_MIN_SPLIT_TILES"] = min_split_tiles
+    os.environ["XGK_RPA_MERGE_COST_KEYS"] = merge_cost_keys
     _capi.reload_settings()
 
 
@@ -394,13 +395,14 @@ class Ours:
     """Our torch op with one kernel variant: `auto`, `tiled`, `pipelined`, `mma` or `general`,
     then options after colons: `h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`), `nopdl` for
     launches without programmatic dependent launch (`XGK_PDL=0`), `ms<N>` for at least N pipeline
-    tiles per key split (`XGK_RPA_MIN_SPLIT_TILES`). Example: `auto:ms1:nopdl`."""
+    tiles per key split (`XGK_RPA_MIN_SPLIT_TILES`), `mc<N>` for the split model's merge cost in
+    keys (`XGK_RPA_MERGE_COST_KEYS`). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, *options = variant.split(":")
-        self.hint, self.programmatic, self.min_split_tiles = "1", True, ""  # the library's defaults
+        self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "1", True, "", ""  # defaults
         for opt in options:
             if opt == "nopdl":
                 self.programmatic = False
@@ -408,11 +410,13 @@ class Ours:
                 self.hint = opt[1:]
             elif opt.startswith("ms") and opt[2:].isdigit():
                 self.min_split_tiles = opt[2:]
+            elif opt.startswith("mc") and opt[2:].isdigit():
+                self.merge_cost_keys = opt[2:]
             else:
-                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>)")
+                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>)")
 
     def select(self):
-        select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles)
+        select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys)
 
     def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)

@@ -60,8 +60,10 @@ pub fn choose_splits(blocks_per_split: u64, max_keys: u32, multiprocessors: u32)
 
 /// A block's fixed cost (resolving its row, filling the pipeline) in keys' worth of streaming.
 const BLOCK_OVERHEAD_KEYS: u64 = 64;
-/// The split merge kernel's cost, in keys' worth of one block's streaming.
-const MERGE_OVERHEAD_KEYS: u64 = 96;
+/// The split merge kernel's cost, in keys' worth of one block's streaming, unless
+/// `XGK_RPA_MERGE_COST_KEYS` says otherwise (fitted on large cells; on the smallest ones the
+/// merge, a second kernel, may cost more than this and not splitting at all may win).
+pub const DEFAULT_MERGE_COST_KEYS: u32 = 96;
 /// Fewest pipeline tiles per split of the pipelined kernel, unless `XGK_RPA_MIN_SPLIT_TILES` says
 /// otherwise (a tuning knob for the smallest decode cells, whose time is a block's serial chain of
 /// tiles plus the merge: fewer tiles per block shorten the chain and add merge work).
@@ -75,7 +77,13 @@ pub const DEFAULT_MIN_SPLIT_TILES: u32 = 4;
 /// cheapest, the most splits win: the model assumes every sequence is as long as the page table
 /// allows, and shorter splits balance real batches of uneven lengths (a split past a sequence's
 /// end exits at once). Splits are whole pipeline tiles, at least `min_split_tiles` of them.
-pub fn choose_splits_by_waves(blocks_per_split: u64, max_keys: u32, slots: u64, min_split_tiles: u32) -> (u32, u32) {
+pub fn choose_splits_by_waves(
+    blocks_per_split: u64,
+    max_keys: u32,
+    slots: u64,
+    min_split_tiles: u32,
+    merge_cost_keys: u32,
+) -> (u32, u32) {
     let max_keys = max_keys.max(1);
     let blocks_per_split = blocks_per_split.max(1);
     let slots = slots.max(1);
@@ -85,7 +93,7 @@ pub fn choose_splits_by_waves(blocks_per_split: u64, max_keys: u32, slots: u64, 
             let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
             let splits = max_keys.div_ceil(split_len);
             let waves = (blocks_per_split * splits as u64).div_ceil(slots);
-            let merge = if splits > 1 { MERGE_OVERHEAD_KEYS } else { 0 };
+            let merge = if splits > 1 { merge_cost_keys as u64 } else { 0 };
             (waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge, splits, split_len)
         })
         .collect();
@@ -198,6 +206,20 @@ fn min_split_tiles_from_env() -> Result<u32> {
     }
 }
 
+/// Environment variable overriding [`DEFAULT_MERGE_COST_KEYS`] (0 to 65536).
+pub const MERGE_COST_KEYS_ENV_VAR: &str = "XGK_RPA_MERGE_COST_KEYS";
+
+fn merge_cost_keys_from_env() -> Result<u32> {
+    match std::env::var(MERGE_COST_KEYS_ENV_VAR) {
+        Err(_) => Ok(DEFAULT_MERGE_COST_KEYS),
+        Ok(v) if v.is_empty() => Ok(DEFAULT_MERGE_COST_KEYS),
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if n <= 65536 => Ok(n),
+            _ => Err(crate::Error::invalid(format!("{MERGE_COST_KEYS_ENV_VAR}={v:?}: expected 0 to 65536"))),
+        },
+    }
+}
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -209,6 +231,8 @@ pub struct LaunchSettings {
     pub programmatic: bool,
     /// [`MIN_SPLIT_TILES_ENV_VAR`].
     pub min_split_tiles: u32,
+    /// [`MERGE_COST_KEYS_ENV_VAR`].
+    pub merge_cost_keys: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -222,8 +246,8 @@ fn settings() -> Result<LaunchSettings> {
     reload_settings()
 }
 
-/// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`] and
-/// [`MIN_SPLIT_TILES_ENV_VAR`]
+/// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
+/// [`MIN_SPLIT_TILES_ENV_VAR`] and [`MERGE_COST_KEYS_ENV_VAR`]
 /// (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
@@ -235,6 +259,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         copy_hint: copy_hint_from_env(),
         programmatic: programmatic_from_env()?,
         min_split_tiles: min_split_tiles_from_env()?,
+        merge_cost_keys: merge_cost_keys_from_env()?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -539,7 +564,8 @@ fn plan_launch(
     let (mut splits, mut split_len) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
         let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
-        choose_splits_by_waves(blocks_per_split, max_keys, slots, settings()?.min_split_tiles)
+        let settings = settings()?;
+        choose_splits_by_waves(blocks_per_split, max_keys, slots, settings.min_split_tiles, settings.merge_cost_keys)
     } else {
         choose_splits(blocks_per_split, max_keys, module.multiprocessors)
     };
@@ -772,18 +798,20 @@ mod tests {
     fn pipelined_splits_fill_whole_waves() {
         let slots = 2 * 132;
         // B64 x 8k, 8 KV heads: 512 blocks already make two nearly full waves.
-        let (s, len) = choose_splits_by_waves(64 * 8, 8192, slots, DEFAULT_MIN_SPLIT_TILES);
+        let (s, len) = choose_splits_by_waves(64 * 8, 8192, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS);
         assert_eq!(s * len, 8192);
         assert!((64 * 8 * s as u64).div_ceil(slots) * len as u64 <= 8192 * 2);
         // B1 x 32k: 8 blocks per split; split until about one wave (~32 splits of 1k keys).
-        let (s, len) = choose_splits_by_waves(8, 32768, slots, DEFAULT_MIN_SPLIT_TILES);
+        let (s, len) = choose_splits_by_waves(8, 32768, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS);
         assert!((24..=33).contains(&s), "{s} splits");
         assert!(len % PIPE_TILE_KEYS == 0 && s * len >= 32768);
         // Tiny: never below the minimum split.
-        assert_eq!(choose_splits_by_waves(8, 300, slots, DEFAULT_MIN_SPLIT_TILES), (1, 320));
-        assert_eq!(choose_splits_by_waves(1, 0, slots, DEFAULT_MIN_SPLIT_TILES), (1, 64));
+        assert_eq!(choose_splits_by_waves(8, 300, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (1, 320));
+        assert_eq!(choose_splits_by_waves(1, 0, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (1, 64));
         // B1 x 512: two splits of four tiles by default; one-tile splits give eight.
-        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES), (2, 256));
-        assert_eq!(choose_splits_by_waves(8, 512, slots, 1), (8, 64));
+        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (2, 256));
+        assert_eq!(choose_splits_by_waves(8, 512, slots, 1, DEFAULT_MERGE_COST_KEYS), (8, 64));
+        // A merge priced above the whole context: no split.
+        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, 512), (1, 512));
     }
 }
