@@ -195,30 +195,23 @@ fn programmatic_from_env() -> Result<bool> {
 /// Environment variable overriding [`DEFAULT_MIN_SPLIT_TILES`] (1 to 64).
 pub const MIN_SPLIT_TILES_ENV_VAR: &str = "XGK_RPA_MIN_SPLIT_TILES";
 
-fn min_split_tiles_from_env() -> Result<u32> {
-    match std::env::var(MIN_SPLIT_TILES_ENV_VAR) {
-        Err(_) => Ok(DEFAULT_MIN_SPLIT_TILES),
-        Ok(v) if v.is_empty() => Ok(DEFAULT_MIN_SPLIT_TILES),
-        Ok(v) => match v.parse::<u32>() {
-            Ok(n) if (1..=64).contains(&n) => Ok(n),
-            _ => Err(crate::Error::invalid(format!("{MIN_SPLIT_TILES_ENV_VAR}={v:?}: expected 1 to 64"))),
-        },
+/// A whole number in `range` from environment variable `var`, `default` when it is unset or empty.
+fn bounded_from_env(var: &str, default: u32, range: std::ops::RangeInclusive<u32>) -> Result<u32> {
+    match std::env::var(var) {
+        Err(_) => Ok(default),
+        Ok(v) if v.is_empty() => Ok(default),
+        Ok(v) => v.parse::<u32>().ok().filter(|n| range.contains(n)).ok_or_else(|| {
+            crate::Error::invalid(format!(
+                "{var}={v:?}: expected a whole number from {} to {}",
+                range.start(),
+                range.end()
+            ))
+        }),
     }
 }
 
 /// Environment variable overriding [`DEFAULT_MERGE_COST_KEYS`] (0 to 65536).
 pub const MERGE_COST_KEYS_ENV_VAR: &str = "XGK_RPA_MERGE_COST_KEYS";
-
-fn merge_cost_keys_from_env() -> Result<u32> {
-    match std::env::var(MERGE_COST_KEYS_ENV_VAR) {
-        Err(_) => Ok(DEFAULT_MERGE_COST_KEYS),
-        Ok(v) if v.is_empty() => Ok(DEFAULT_MERGE_COST_KEYS),
-        Ok(v) => match v.parse::<u32>() {
-            Ok(n) if n <= 65536 => Ok(n),
-            _ => Err(crate::Error::invalid(format!("{MERGE_COST_KEYS_ENV_VAR}={v:?}: expected 0 to 65536"))),
-        },
-    }
-}
 
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,8 +251,8 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         choice: KernelChoice::from_env()?,
         copy_hint: copy_hint_from_env(),
         programmatic: programmatic_from_env()?,
-        min_split_tiles: min_split_tiles_from_env()?,
-        merge_cost_keys: merge_cost_keys_from_env()?,
+        min_split_tiles: bounded_from_env(MIN_SPLIT_TILES_ENV_VAR, DEFAULT_MIN_SPLIT_TILES, 1..=64)?,
+        merge_cost_keys: bounded_from_env(MERGE_COST_KEYS_ENV_VAR, DEFAULT_MERGE_COST_KEYS, 0..=65536)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -792,6 +785,24 @@ mod tests {
         // short context: never more splits than 128-key chunks.
         assert_eq!(choose_splits(1, 200, 132).0, 2);
         assert_eq!(choose_splits(1, 0, 132), (1, 4));
+    }
+
+    #[test]
+    fn bounded_settings_reject_values_outside_their_range() {
+        // A variable of this test's own: the environment is shared by the tests running beside it.
+        let var = "XGK_TEST_BOUNDED_FROM_ENV";
+        std::env::remove_var(var);
+        assert_eq!(bounded_from_env(var, 4, 1..=64).unwrap(), 4);
+        std::env::set_var(var, "");
+        assert_eq!(bounded_from_env(var, 4, 1..=64).unwrap(), 4);
+        std::env::set_var(var, "64");
+        assert_eq!(bounded_from_env(var, 4, 1..=64).unwrap(), 64);
+        for bad in ["0", "65", "-1", "two", "1.5"] {
+            std::env::set_var(var, bad);
+            let err = bounded_from_env(var, 4, 1..=64).unwrap_err().to_string();
+            assert!(err.contains(&format!("{var}=\"{bad}\": expected a whole number from 1 to 64")), "{err}");
+        }
+        std::env::remove_var(var);
     }
 
     #[test]
