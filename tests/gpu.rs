@@ -589,6 +589,65 @@ fn ptx_images_and_programmatic_launch_agree() {
     println!("{runs} image / programmatic-launch runs passed");
 }
 
+/// Calls chained through their data on one stream, with no sync between them: each call's output
+/// is the next call's q, and all share one workspace. A programmatic launch that touched memory
+/// before its `griddepcontrol.wait` would read a q the call before it is still writing, or
+/// overwrite partials that call's merge is still reading. Each link is checked against the CPU
+/// run on the GPU's own input to that link, so rounding does not compound.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn programmatic_launches_chained_through_data_match_cpu() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let cases = [
+        // split kernel + merge
+        random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 9000), (1, 3000)], 1),
+        // plan + tile kernel
+        random_case(&mut rng, DType::F16, DType::F16, 64, 1, 8, 16, &[(40, 300), (1, 5000), (7, 7)], 2),
+    ];
+    const LINKS: usize = 4;
+    for programmatic in [true, false] {
+        for case in &cases {
+            with_programmatic_launch(programmatic, || {
+                let spec = case.spec();
+                let kv = Dev::from(&stream, &case.kv);
+                let kv_lens = Dev::from(&stream, &case.kv_lens);
+                let table = Dev::from(&stream, &case.page_indices);
+                let cu = Dev::from(&stream, &case.cu_q_lens);
+                let ns = Dev::from(&stream, &[case.num_seqs]);
+                let bytes = workspace_bytes_with(&KERNELS, 0, &spec, KernelChoice::Auto).unwrap();
+                let ws = Dev::from(&stream, &vec![0xFFu8; bytes.max(1)]);
+                // buffers[0] is q; buffers[k] the output of link k and the q of link k + 1.
+                let buffers: Vec<Dev<u8>> = std::iter::once(Dev::from(&stream, &case.q))
+                    .chain((0..LINKS).map(|_| Dev::from(&stream, &vec![0xFFu8; case.out_bytes()])))
+                    .collect();
+                for link in 0..LINKS {
+                    let bufs = DeviceBuffers {
+                        q: buffers[link].ptr(&stream),
+                        kv_pages: kv.ptr(&stream),
+                        kv_lens: kv_lens.ptr(&stream),
+                        page_indices: table.ptr(&stream),
+                        cu_q_lens: cu.ptr(&stream),
+                        num_seqs: ns.ptr(&stream),
+                        out: buffers[link + 1].ptr(&stream),
+                        workspace: Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes },
+                    };
+                    unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, KernelChoice::Auto) }.unwrap();
+                }
+                stream.synchronize().unwrap();
+                let host: Vec<Vec<u8>> = buffers.iter().map(|b| stream.clone_dtoh(&b.buf).unwrap()).collect();
+                for link in 0..LINKS {
+                    let mut input = case.clone();
+                    input.q = host[link].clone();
+                    let label = format!("programmatic={programmatic} link {link} {:?}", case.kv_lens);
+                    compare(&input, &host[link + 1], &input.cpu_output(), &label);
+                }
+            });
+        }
+    }
+    println!("{} chained links passed", 2 * cases.len() * LINKS);
+}
+
 /// Device memory exhausted: a call that must allocate its scratch from the driver's pool (no
 /// workspace given) returns an error naming the allocation, and once memory is back the next call
 /// runs and is right.
