@@ -721,3 +721,65 @@ fn scratch_allocation_failure_is_an_error_and_the_next_call_works() {
     stream.synchronize().unwrap();
     compare(&case, &stream.clone_dtoh(&out.buf).unwrap(), &cpu, "after the allocation failure");
 }
+
+/// The warpgroup MMA primitives of the sm_90a image (`kernels_gpu::wgmma`: descriptors, 128-byte
+/// swizzle, `m64n64k16` with both operands in shared memory, `m64n128k16` with A in registers and
+/// B read transposed) against the CPU, through the `wgmma_selftest_bf16` kernel. Each mode runs
+/// with the documented descriptor offsets (asserted) and with swapped ones (printed, to tell a
+/// wrong encoding from a wrong layout when the first fails).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn wgmma_primitives_match_cpu() {
+    use xla_gpu_kernels::host::runtime::{KernelArgs, LaunchConfig};
+    let stream = gpu();
+    let module = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+    assert!(
+        module.image.has_grid_dependency_control(),
+        "the wgmma self-test needs the sm_90a image (a Hopper GPU); this context loaded {}",
+        module.image.arch
+    );
+    let mut rng = StdRng::from_entropy();
+    let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
+    let value = |bits: u16| half::bf16::from_bits(bits).to_f64();
+    // (mode, m, n, k, b stored as [n][k] (K-major) or [k][n], candidate (leading, stride) offsets).
+    type Mode = (u32, usize, usize, usize, bool, [(u32, u32); 3]);
+    let modes: [Mode; 2] = [
+        (0, 64, 64, 64, true, [(16, 1024), (1024, 16), (8192, 1024)]),
+        (1, 64, 128, 64, false, [(8192, 1024), (1024, 8192), (16, 1024)]),
+    ];
+    for (mode, m, n, k, b_k_major, candidates) in modes {
+        let a: Vec<u16> = (0..m * k).map(|_| bf16(rng.gen_range(-1.0..1.0))).collect();
+        let b: Vec<u16> = (0..n * k).map(|_| bf16(rng.gen_range(-1.0..1.0))).collect();
+        let b_at = |kk: usize, nn: usize| if b_k_major { b[nn * k + kk] } else { b[kk * n + nn] };
+        let want: Vec<f64> =
+            (0..m * n).map(|i| (0..k).map(|kk| value(a[(i / n) * k + kk]) * value(b_at(kk, i % n))).sum()).collect();
+        let (a_dev, b_dev) = (Dev::from(&stream, &a), Dev::from(&stream, &b));
+        for (i, &(leading, stride)) in candidates.iter().enumerate() {
+            let d_dev = Dev::from(&stream, &vec![f32::NAN; m * n]);
+            let mut args = KernelArgs::new();
+            args.push(a_dev.ptr(&stream))
+                .push(b_dev.ptr(&stream))
+                .push(d_dev.ptr(&stream))
+                .push(mode)
+                .push(leading)
+                .push(stride)
+                .push(leading)
+                .push(stride);
+            let cfg = LaunchConfig {
+                grid: (1, 1, 1),
+                block: (128, 1, 1),
+                shared_bytes: kernels_gpu::kernels::wgmma_selftest::WGMMA_SELFTEST_SHARED_BYTES,
+            };
+            unsafe { module.launch(stream.cu_stream(), "wgmma_selftest_bf16", cfg, &mut args.pointers(), false) }
+                .unwrap();
+            stream.synchronize().unwrap();
+            let got = stream.clone_dtoh(&d_dev.buf).unwrap();
+            let worst = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+            let worst = if got.iter().any(|g| g.is_nan()) { f64::INFINITY } else { worst };
+            println!("wgmma mode {mode} (leading {leading}, stride {stride}): worst |gpu - cpu| {worst:.3e}");
+            if i == 0 {
+                assert!(worst < 1e-3, "wgmma mode {mode} with the documented offsets: worst error {worst:.3e}");
+            }
+        }
+    }
+}

@@ -33,6 +33,7 @@ pub mod num;
 pub mod shared;
 pub mod thread;
 pub mod warp;
+pub mod wgmma;
 
 /// A device-side panic (index out of bounds, explicit `panic!`) aborts the kernel with `trap`,
 /// which surfaces on the host as `CUDA_ERROR_LAUNCH_FAILED` instead of undefined behaviour.

@@ -6,6 +6,7 @@ pub mod paged_attention_mma;
 pub mod paged_attention_pipelined;
 pub mod paged_attention_tiled;
 pub mod simple_add;
+pub mod wgmma_selftest;
 
 /// Copies `bytes` bytes in the widest chunks their count allows (16, 8, 4, 2 or 1 bytes); the
 /// global-memory side (`src` when `GLOBAL_IS_SRC`, else `dst`) is accessed aligned, the other side

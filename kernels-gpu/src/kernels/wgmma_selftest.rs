@@ -1,0 +1,138 @@
+//! Self-test of the warpgroup MMA primitives ([`crate::wgmma`]), in the sm_90a image only: one
+//! warpgroup multiplies small bf16 tiles with the operand layouts a Hopper prefill kernel uses and
+//! writes the f32 products; `tests/gpu.rs` compares them with the CPU. The descriptors' byte
+//! offsets come from the host, so one run can check the documented encoding and tell a wrong one
+//! from a wrong layout.
+//!
+//! - `mode` 0, S = Q Kᵀ: `d[64][64] = a[64][64] · b[64][64]ᵀ`, both operands K-major (rows of 64
+//!   K elements) in shared memory, 128-byte swizzle, four `m64n64k16` k-steps.
+//! - `mode` 1, O = P V: `d[64][128] = a[64][64] · b[64][128]`, A from registers, B stored as it
+//!   lies in memory (`[k][n]`: MN-major, read transposed) in two 64-column blocks, four
+//!   `m64n128k16` k-steps.
+//!
+//! Launch: one block of 128 threads, [`WGMMA_SELFTEST_SHARED_BYTES`] of dynamic shared memory.
+
+use super::{load_vec, unroll};
+use crate::kernel;
+use crate::mma::MmaElement;
+use crate::num::Bf16;
+use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::thread::{sync_threads, thread_idx_x};
+use crate::warp::{lane_id, WARP_SIZE};
+use crate::wgmma::{
+    commit_group, descriptor, fence, fence_proxy_async_shared, keep_accumulator, mma_m64n128k16_rs, mma_m64n64k16_ss,
+    swizzled_128b_offset, wait_group, Swizzle,
+};
+
+/// Dynamic shared memory of the self-test: two 8 KiB operand tiles (mode 0) or one 16 KiB one
+/// (mode 1), plus 1 KiB to align them to the swizzle's 1024 bytes.
+pub const WGMMA_SELFTEST_SHARED_BYTES: u32 = 16 * 1024 + 1024;
+
+/// Copies `src` (`rows` x `cols` 16-bit elements, row-major, `cols` a multiple of 64) into shared
+/// memory at `dst` as 128-byte-swizzled column blocks: block `kb` (columns `64kb..64kb+64`) at
+/// `dst + kb * rows * 128`. The 128 threads share the 16-byte chunks.
+#[inline(always)]
+unsafe fn stage_swizzled(src: *const u16, rows: u32, cols: u32, dst: *mut u8, tid: u32) {
+    let chunks_per_row = cols / 8;
+    let mut i = tid;
+    while i < rows * chunks_per_row {
+        let (row, chunk) = (i / chunks_per_row, i % chunks_per_row);
+        let v: [u32; 4] = load_vec(src.add((row * cols + chunk * 8) as usize) as *const u32);
+        let at = (chunk / 8) * rows * 128 + swizzled_128b_offset(row, chunk % 8);
+        *(dst.add(at as usize) as *mut [u32; 4]) = v;
+        i += 128;
+    }
+}
+
+/// Two adjacent 16-bit elements of row-major `m` (`cols` wide) as one register, the first in the
+/// low half.
+#[inline(always)]
+unsafe fn pair(m: *const u16, cols: u32, row: u32, col: u32) -> u32 {
+    *m.add((row * cols + col) as usize) as u32 | ((*m.add((row * cols + col + 1) as usize) as u32) << 16)
+}
+
+/// The self-test kernel (see the module docs).
+///
+/// # Safety
+/// `a` holds 64 x 64 elements, `b` 64 x 64 (mode 0) or 64 x 128 (mode 1), `d` room for 64 x 64 or
+/// 64 x 128 `f32`, all device pointers; one block of 128 threads with
+/// [`WGMMA_SELFTEST_SHARED_BYTES`] of dynamic shared memory.
+#[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn wgmma_selftest_bf16(
+    a: *const u16,
+    b: *const u16,
+    d: *mut f32,
+    mode: u32,
+    a_leading: u32,
+    a_stride: u32,
+    b_leading: u32,
+    b_stride: u32,
+) {
+    let tid = thread_idx_x();
+    let (warp, lane) = (tid / WARP_SIZE, lane_id());
+    let (g, c) = (lane / 4, lane % 4);
+    let row = 16 * warp + g; // and row + 8
+    let smem: *mut u8 = dynamic_shared_mem();
+    let pad = (1024 - (shared_address(smem) & 1023)) & 1023;
+    let tile = smem.add(pad as usize);
+    let tile_address = shared_address(tile);
+    if mode == 0 {
+        stage_swizzled(a, 64, 64, tile, tid);
+        stage_swizzled(b, 64, 64, tile.add(8192), tid);
+        fence_proxy_async_shared();
+        sync_threads();
+        let mut acc = [0.0f32; 32];
+        fence();
+        unroll::<4>(|k| {
+            let step = k as u32 * 32; // 16 elements of K inside the 128-byte rows
+            let da = descriptor(tile_address + step, a_leading, a_stride, Swizzle::Bytes128);
+            let db = descriptor(tile_address + 8192 + step, b_leading, b_stride, Swizzle::Bytes128);
+            mma_m64n64k16_ss::<Bf16, 0>(&mut acc, da, db, k > 0);
+        });
+        commit_group();
+        wait_group::<0>();
+        keep_accumulator(&mut acc);
+        unroll::<8>(|j| {
+            let col = 8 * j as u32 + 2 * c;
+            for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
+                *d.add((r * 64 + col) as usize) = acc[first];
+                *d.add((r * 64 + col + 1) as usize) = acc[first + 1];
+            }
+        });
+    } else {
+        stage_swizzled(b, 64, 128, tile, tid);
+        // A fragments of the four k-steps, straight from global memory.
+        let mut frag = [[0u32; 4]; 4];
+        unroll::<4>(|k| {
+            let col = 16 * k as u32 + 2 * c;
+            frag[k] = [
+                pair(a, 64, row, col),
+                pair(a, 64, row + 8, col),
+                pair(a, 64, row, col + 8),
+                pair(a, 64, row + 8, col + 8),
+            ];
+        });
+        fence_proxy_async_shared();
+        sync_threads();
+        let mut acc = [0.0f32; 64];
+        fence();
+        unroll::<4>(|k| {
+            let step = k as u32 * 16 * 128; // 16 rows of K
+            let db = descriptor(tile_address + step, b_leading, b_stride, Swizzle::Bytes128);
+            mma_m64n128k16_rs::<Bf16, 1>(&mut acc, frag[k], db, k > 0);
+        });
+        commit_group();
+        wait_group::<0>();
+        keep_accumulator(&mut acc);
+        unroll::<16>(|j| {
+            let col = 8 * j as u32 + 2 * c;
+            for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
+                *d.add((r * 128 + col) as usize) = acc[first];
+                *d.add((r * 128 + col + 1) as usize) = acc[first + 1];
+            }
+        });
+    }
+    let _ = <Bf16 as MmaElement>::IS_BF16;
+}

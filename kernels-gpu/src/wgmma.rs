@@ -1,0 +1,316 @@
+//! Warpgroup matrix multiply-accumulate (`wgmma.mma_async`, sm_90a) and its shared-memory
+//! operand layout, through inline PTX: the Hopper tensor-core path for the prefill kernels.
+//!
+//! A warpgroup (four consecutive warps, 128 threads) issues each `wgmma` together. Operands in
+//! shared memory are named by 64-bit matrix descriptors ([`descriptor`]); the layout used here is
+//! the 128-byte swizzle: a tile is stored as rows of 128 bytes (64 16-bit elements), the 16-byte
+//! chunk `c` of row `r` at chunk position `c ^ (r % 8)` ([`swizzled_128b_offset`]), every 8-row
+//! atom (1024 bytes) 1024-byte aligned. Wider tiles are several such 128-byte-column blocks.
+//! Accumulators (f32) are in registers, per warp `w` of the group rows `16w..16w+16`, in the
+//! `mma.m16n8` C layout repeated over the 8-column blocks (`g = lane / 4`, `c = lane % 4`):
+//! `acc[4j]`, `acc[4j+1]` = (row `16w+g`, cols `8j+2c`, `8j+2c+1`), `acc[4j+2]`, `acc[4j+3]` = the
+//! same columns of row `16w+g+8`. An A operand in registers has the `mma.m16n8k16` A layout
+//! ([`crate::mma`]) for the warp's 16 rows.
+//!
+//! Ordering: shared memory written by threads (generic proxy) must be published to the tensor
+//! cores (async proxy) with [`fence_proxy_async_shared`] and a block barrier before a `wgmma`
+//! reads it; registers feeding a `wgmma` are published with [`fence`]; results may be read only
+//! after [`commit_group`] and [`wait_group`], then [`keep_accumulator`] stops the compiler from
+//! moving reads of the accumulators above the wait.
+//!
+//! The instructions exist only in the sm_90a image (`cfg(xgk_sm90)`); elsewhere these functions
+//! are never called (the kernels using them are compiled for that image only) and panic on the
+//! host like every device function.
+
+use crate::mma::MmaElement;
+
+/// Swizzle mode of a shared-memory matrix descriptor (bits 62-63).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Swizzle {
+    /// No swizzle ("interleaved" 8x16-byte core matrices).
+    None = 0,
+    /// 128-byte swizzle: 16-byte chunk `c` of row `r` at `c ^ (r % 8)` within 128-byte rows.
+    Bytes128 = 1,
+    /// 64-byte swizzle.
+    Bytes64 = 2,
+    /// 32-byte swizzle.
+    Bytes32 = 3,
+}
+
+/// A wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address
+/// (bits 0-13, in 16-byte units, of the 18-bit shared address), leading-dimension byte offset (bits
+/// 16-29, 16-byte units), stride-dimension byte offset (bits 32-45), base offset 0, swizzle mode
+/// (bits 62-63).
+///
+/// For a K-major operand with 128-byte swizzle the stride offset is the distance between 8-row
+/// groups (1024 bytes for 128-byte rows) and the leading offset is unused; k-steps inside a
+/// 64-element block advance the start address by 32 bytes. For an MN-major operand (read with the
+/// transpose flag) the stride offset is the distance between 8-row groups along K and the leading
+/// offset the distance between 64-element blocks along M or N.
+pub const fn descriptor(address: u32, leading_byte_offset: u32, stride_byte_offset: u32, swizzle: Swizzle) -> u64 {
+    ((address as u64 & 0x3_ffff) >> 4)
+        | (((leading_byte_offset as u64 >> 4) & 0x3fff) << 16)
+        | (((stride_byte_offset as u64 >> 4) & 0x3fff) << 32)
+        | ((swizzle as u64) << 62)
+}
+
+/// Byte offset of 16-byte chunk `chunk` (0..8) of row `row` in a tile of 128-byte rows stored with
+/// the 128-byte swizzle (the tile's base 1024-byte aligned).
+pub const fn swizzled_128b_offset(row: u32, chunk: u32) -> u32 {
+    row * 128 + ((chunk ^ (row & 7)) << 4)
+}
+
+/// `wgmma.fence.sync.aligned`: orders this warpgroup's register accesses (A fragments,
+/// accumulators) before the `wgmma` instructions that follow.
+///
+/// # Safety
+/// Every thread of the warpgroup must execute it (sm_90a).
+#[inline(always)]
+pub unsafe fn fence() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("wgmma.fence.sync.aligned;", options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("wgmma::fence")
+}
+
+/// `wgmma.commit_group.sync.aligned`: closes the group of the `wgmma` instructions issued since
+/// the last commit.
+///
+/// # Safety
+/// Every thread of the warpgroup must execute it (sm_90a).
+#[inline(always)]
+pub unsafe fn commit_group() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("wgmma.commit_group.sync.aligned;", options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("wgmma::commit_group")
+}
+
+/// `wgmma.wait_group.sync.aligned N`: waits until at most `N` committed groups are pending; with
+/// `N = 0` every issued `wgmma` has finished and its accumulators may be read.
+///
+/// # Safety
+/// Every thread of the warpgroup must execute it (sm_90a).
+#[inline(always)]
+pub unsafe fn wait_group<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("wgmma.wait_group.sync.aligned {};", const N, options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("wgmma::wait_group")
+}
+
+/// `fence.proxy.async.shared::cta`: makes this thread's earlier shared-memory writes visible to
+/// the async proxy (the tensor cores' operand reads). Follow it with a block barrier before the
+/// `wgmma` that reads the data.
+///
+/// # Safety
+/// sm_90 (the sm_90a image).
+#[inline(always)]
+pub unsafe fn fence_proxy_async_shared() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("fence.proxy.async.shared::cta;", options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("wgmma::fence_proxy_async_shared")
+}
+
+/// Pins accumulator registers after [`wait_group`]: an empty asm that claims to rewrite them, so
+/// the compiler reads them only after this point (CUTLASS's `warpgroup_fence_operand`).
+#[inline(always)]
+pub fn keep_accumulator<const R: usize>(acc: &mut [f32; R]) {
+    #[cfg(target_arch = "nvptx64")]
+    for x in acc.iter_mut() {
+        // SAFETY: an empty instruction.
+        unsafe { core::arch::asm!("// keep {0}", inout(reg32) * x, options(nostack, nomem)) };
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = acc;
+}
+
+/// `acc (+)= A · B` for a 64x64 tile over 16 of K, both operands in shared memory
+/// (`wgmma.mma_async.sync.aligned.m64n64k16.f32.{bf16,f16}`): `a` and `b` are descriptors of A
+/// (64 x 16, K-major) and B (16 x 64: K-major with `TRANS_B = 0`, MN-major with 1). Asynchronous:
+/// see the module docs for the fences around it.
+///
+/// # Safety
+/// Every thread of the warpgroup must execute it with the same descriptors, after [`fence`], the
+/// operands written and published (module docs).
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_ss<Q: MmaElement, const TRANS_B: u32>(
+    acc: &mut [f32; 32],
+    a: u64,
+    b: u64,
+    accumulate: bool,
+) {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    {
+        let scale_d = accumulate as u32;
+        macro_rules! issue {
+            ($ty:literal) => {
+                core::arch::asm!(
+                    concat!("{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
+                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
+                        " {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {a}, {b}, p, 1, 1, 0, {tb};\n}}"),
+                    d0 = inout(reg32) acc[0],
+                    d1 = inout(reg32) acc[1],
+                    d2 = inout(reg32) acc[2],
+                    d3 = inout(reg32) acc[3],
+                    d4 = inout(reg32) acc[4],
+                    d5 = inout(reg32) acc[5],
+                    d6 = inout(reg32) acc[6],
+                    d7 = inout(reg32) acc[7],
+                    d8 = inout(reg32) acc[8],
+                    d9 = inout(reg32) acc[9],
+                    d10 = inout(reg32) acc[10],
+                    d11 = inout(reg32) acc[11],
+                    d12 = inout(reg32) acc[12],
+                    d13 = inout(reg32) acc[13],
+                    d14 = inout(reg32) acc[14],
+                    d15 = inout(reg32) acc[15],
+                    d16 = inout(reg32) acc[16],
+                    d17 = inout(reg32) acc[17],
+                    d18 = inout(reg32) acc[18],
+                    d19 = inout(reg32) acc[19],
+                    d20 = inout(reg32) acc[20],
+                    d21 = inout(reg32) acc[21],
+                    d22 = inout(reg32) acc[22],
+                    d23 = inout(reg32) acc[23],
+                    d24 = inout(reg32) acc[24],
+                    d25 = inout(reg32) acc[25],
+                    d26 = inout(reg32) acc[26],
+                    d27 = inout(reg32) acc[27],
+                    d28 = inout(reg32) acc[28],
+                    d29 = inout(reg32) acc[29],
+                    d30 = inout(reg32) acc[30],
+                    d31 = inout(reg32) acc[31],
+                    a = in(reg64) a,
+                    b = in(reg64) b,
+                    scale_d = in(reg32) scale_d,
+                    tb = const TRANS_B,
+                    options(nostack),
+                )
+            };
+        }
+        if Q::IS_BF16 {
+            issue!("bf16")
+        } else {
+            issue!("f16")
+        }
+    }
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    {
+        let _ = (acc, a, b, accumulate);
+        crate::gpu_only!("wgmma::mma_m64n64k16_ss")
+    }
+}
+
+/// `acc (+)= A · B` for a 64x128 tile over 16 of K, A from registers (the warp's 16 rows in the
+/// `mma.m16n8k16` A layout), B (16 x 128) in shared memory, K-major with `TRANS_B = 0`, MN-major
+/// with 1 (`wgmma.mma_async.sync.aligned.m64n128k16.f32.{bf16,f16}`). Asynchronous: see the
+/// module docs.
+///
+/// # Safety
+/// As [`mma_m64n64k16_ss`].
+#[inline(always)]
+pub unsafe fn mma_m64n128k16_rs<Q: MmaElement, const TRANS_B: u32>(
+    acc: &mut [f32; 64],
+    a: [u32; 4],
+    b: u64,
+    accumulate: bool,
+) {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    {
+        let scale_d = accumulate as u32;
+        macro_rules! issue {
+            ($ty:literal) => {
+                core::arch::asm!(
+                    concat!("{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
+                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
+                        " {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, {tb};\n}}"),
+                    d0 = inout(reg32) acc[0],
+                    d1 = inout(reg32) acc[1],
+                    d2 = inout(reg32) acc[2],
+                    d3 = inout(reg32) acc[3],
+                    d4 = inout(reg32) acc[4],
+                    d5 = inout(reg32) acc[5],
+                    d6 = inout(reg32) acc[6],
+                    d7 = inout(reg32) acc[7],
+                    d8 = inout(reg32) acc[8],
+                    d9 = inout(reg32) acc[9],
+                    d10 = inout(reg32) acc[10],
+                    d11 = inout(reg32) acc[11],
+                    d12 = inout(reg32) acc[12],
+                    d13 = inout(reg32) acc[13],
+                    d14 = inout(reg32) acc[14],
+                    d15 = inout(reg32) acc[15],
+                    d16 = inout(reg32) acc[16],
+                    d17 = inout(reg32) acc[17],
+                    d18 = inout(reg32) acc[18],
+                    d19 = inout(reg32) acc[19],
+                    d20 = inout(reg32) acc[20],
+                    d21 = inout(reg32) acc[21],
+                    d22 = inout(reg32) acc[22],
+                    d23 = inout(reg32) acc[23],
+                    d24 = inout(reg32) acc[24],
+                    d25 = inout(reg32) acc[25],
+                    d26 = inout(reg32) acc[26],
+                    d27 = inout(reg32) acc[27],
+                    d28 = inout(reg32) acc[28],
+                    d29 = inout(reg32) acc[29],
+                    d30 = inout(reg32) acc[30],
+                    d31 = inout(reg32) acc[31],
+                    d32 = inout(reg32) acc[32],
+                    d33 = inout(reg32) acc[33],
+                    d34 = inout(reg32) acc[34],
+                    d35 = inout(reg32) acc[35],
+                    d36 = inout(reg32) acc[36],
+                    d37 = inout(reg32) acc[37],
+                    d38 = inout(reg32) acc[38],
+                    d39 = inout(reg32) acc[39],
+                    d40 = inout(reg32) acc[40],
+                    d41 = inout(reg32) acc[41],
+                    d42 = inout(reg32) acc[42],
+                    d43 = inout(reg32) acc[43],
+                    d44 = inout(reg32) acc[44],
+                    d45 = inout(reg32) acc[45],
+                    d46 = inout(reg32) acc[46],
+                    d47 = inout(reg32) acc[47],
+                    d48 = inout(reg32) acc[48],
+                    d49 = inout(reg32) acc[49],
+                    d50 = inout(reg32) acc[50],
+                    d51 = inout(reg32) acc[51],
+                    d52 = inout(reg32) acc[52],
+                    d53 = inout(reg32) acc[53],
+                    d54 = inout(reg32) acc[54],
+                    d55 = inout(reg32) acc[55],
+                    d56 = inout(reg32) acc[56],
+                    d57 = inout(reg32) acc[57],
+                    d58 = inout(reg32) acc[58],
+                    d59 = inout(reg32) acc[59],
+                    d60 = inout(reg32) acc[60],
+                    d61 = inout(reg32) acc[61],
+                    d62 = inout(reg32) acc[62],
+                    d63 = inout(reg32) acc[63],
+                    a0 = in(reg32) a[0],
+                    a1 = in(reg32) a[1],
+                    a2 = in(reg32) a[2],
+                    a3 = in(reg32) a[3],
+                    b = in(reg64) b,
+                    scale_d = in(reg32) scale_d,
+                    tb = const TRANS_B,
+                    options(nostack),
+                )
+            };
+        }
+        if Q::IS_BF16 {
+            issue!("bf16")
+        } else {
+            issue!("f16")
+        }
+    }
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    {
+        let _ = (acc, a, b, accumulate);
+        crate::gpu_only!("wgmma::mma_m64n128k16_rs")
+    }
+}
