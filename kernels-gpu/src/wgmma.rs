@@ -314,3 +314,31 @@ pub unsafe fn mma_m64n128k16_rs<Q: MmaElement, const TRANS_B: u32>(
         crate::gpu_only!("wgmma::mma_m64n128k16_rs")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_fields_land_in_their_bits() {
+        let d = descriptor(0x2_0400, 8192, 1024, Swizzle::Bytes128);
+        assert_eq!(d & 0x3fff, 0x2_0400 >> 4, "start address, 16-byte units");
+        assert_eq!((d >> 16) & 0x3fff, 8192 >> 4, "leading byte offset");
+        assert_eq!((d >> 32) & 0x3fff, 1024 >> 4, "stride byte offset");
+        assert_eq!((d >> 49) & 0x7, 0, "base offset");
+        assert_eq!(d >> 62, 1, "128-byte swizzle");
+        assert_eq!(descriptor(0x2_0420, 0, 0, Swizzle::None) - descriptor(0x2_0400, 0, 0, Swizzle::None), 2);
+    }
+
+    #[test]
+    fn swizzle_spreads_a_column_of_chunks_over_all_bank_groups() {
+        for chunk in 0..8 {
+            let mut slots: [u32; 8] = core::array::from_fn(|row| (swizzled_128b_offset(row as u32, chunk) % 128) / 16);
+            slots.sort_unstable();
+            assert_eq!(slots, [0, 1, 2, 3, 4, 5, 6, 7], "chunk {chunk}");
+        }
+        // A row keeps its 128 bytes; the next 8-row atom starts 1024 bytes on.
+        assert_eq!(swizzled_128b_offset(3, 5), 3 * 128 + ((5 ^ 3) << 4));
+        assert_eq!(swizzled_128b_offset(8, 0), 1024);
+    }
+}
