@@ -392,7 +392,8 @@ def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge
 
 
 class Ours:
-    """Our torch op with one kernel variant: `auto`, `tiled`, `pipelined`, `mma` or `general`,
+    """Our torch op with one kernel variant: `auto`, `tiled`, `tiled-wgmma` (sm_90a), `pipelined`,
+    `mma` or `general`,
     then options after colons: `h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`), `nopdl` for
     launches without programmatic dependent launch (`XGK_PDL=0`), `ms<N>` for at least N pipeline
     tiles per key split (`XGK_RPA_MIN_SPLIT_TILES`), `mc<N>` for the split model's merge cost in
@@ -831,7 +832,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
-    ap.add_argument("--variants", default="auto", help="ours' kernels, comma separated: auto,tiled,pipelined,mma,general")
+    ap.add_argument("--variants", default="auto",
+                    help="ours' kernels, comma separated: auto,tiled,tiled-wgmma,pipelined,mma,general, each with "
+                         "options after colons (see Ours)")
     ap.add_argument("--no-jax", action="store_true", help="skip ours-jax and Pallas")
     ap.add_argument("--no-flashinfer", action="store_true")
     ap.add_argument("--no-ours", action="store_true", help="skip our torch op (peers only)")

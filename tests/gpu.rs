@@ -339,6 +339,10 @@ fn pipelined_kernel_small_cases() {
 /// chunked prefill over longer contexts, decode and few-row (short-item) sequences in the same
 /// batch, padding rows, every page size, windows, soft caps and custom mask values.
 fn check_tiled_cases(cases: usize, big: bool) {
+    check_tiled_cases_with(KernelChoice::Tiled, cases, big)
+}
+
+fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
     let stream = gpu();
     let mut rng = StdRng::from_entropy();
     let page_sizes = [1, 3, 8, 16, 32, 64, 128, 256];
@@ -376,11 +380,21 @@ fn check_tiled_cases(cases: usize, big: bool) {
         }
         assert!(tiled_applies(&case.spec(), 90));
         let label = format!("case {i}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}");
-        let err = compare(&case, &run_gpu(&stream, &case, KernelChoice::Tiled), &case.cpu_output(), &label);
+        let err = compare(&case, &run_gpu(&stream, &case, kernel), &case.cpu_output(), &label);
         worst = worst.max(err);
     }
-    println!("worst |gpu - cpu| Tiled ({cases} cases): {worst:.3e}");
-    println!("{} tiled-kernel cases passed", cases.div_ceil(case_stride()));
+    println!("worst |gpu - cpu| {kernel:?} ({cases} cases): {worst:.3e}");
+    println!("{} {kernel:?} cases passed", cases.div_ceil(case_stride()));
+}
+
+/// The warpgroup-MMA tiled kernel (sm_90a image, explicit `tiled-wgmma`) over the tiled kernel's
+/// case generator: every dtype, head dim, page size, GQA group, window, soft cap and mask value.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_wgmma_kernel_matches_cpu() {
+    let image = KERNELS.for_device(0).map(|m| m.image.arch);
+    assert_eq!(image.ok(), Some("sm_90a"), "tiled-wgmma needs the sm_90a image (a Hopper GPU)");
+    check_tiled_cases_with(KernelChoice::TiledWgmma, 36, true);
 }
 
 #[test]

@@ -29,6 +29,12 @@ fn ptx_exports_every_kernel() {
         let hopper = image.has_grid_dependency_control();
         assert_eq!(image.ptx.contains(".entry wgmma_selftest_bf16("), hopper, "{}", image.arch);
         assert_eq!(image.ptx.contains("wgmma.mma_async.sync.aligned"), hopper, "{}", image.arch);
+        for q in ["f16", "bf16"] {
+            for d in [64, 128] {
+                let entry = format!(".entry rpa_tile_wg_{q}_{q}_d{d}(");
+                assert_eq!(image.ptx.contains(&entry), hopper, "{}: {entry}", image.arch);
+            }
+        }
     }
 }
 

@@ -116,6 +116,11 @@ impl PtxImage {
     pub fn has_grid_dependency_control(&self) -> bool {
         self.target().is_some_and(|(target, _)| target >= 90)
     }
+
+    /// Whether the image has the warpgroup-MMA kernels (`wgmma`, an sm_90a-only instruction).
+    pub fn has_wgmma(&self) -> bool {
+        self.target() == Some((90, true))
+    }
 }
 
 /// Environment variable naming the image to load (an `arch` of the embedded images, such as
@@ -582,6 +587,8 @@ mod tests {
         assert!(hopper.runs_on(90));
         assert!(!hopper.runs_on(89) && !hopper.runs_on(100) && !hopper.runs_on(120));
         assert!(hopper.has_grid_dependency_control() && !portable.has_grid_dependency_control());
+        assert!(hopper.has_wgmma() && !portable.has_wgmma());
+        assert!(!PtxImage { arch: "sm_100a", ptx: "\0" }.has_wgmma());
         assert!(!PtxImage { arch: "compute_90", ptx: "\0" }.runs_on(90));
     }
 }

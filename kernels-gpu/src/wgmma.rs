@@ -315,6 +315,85 @@ pub unsafe fn mma_m64n128k16_rs<Q: MmaElement, const TRANS_B: u32>(
     }
 }
 
+/// `acc (+)= A · B` for a 64x64 tile over 16 of K, A from registers (the warp's 16 rows in the
+/// `mma.m16n8k16` A layout), B (16 x 64) in shared memory, K-major with `TRANS_B = 0`, MN-major
+/// with 1 (`wgmma.mma_async.sync.aligned.m64n64k16.f32.{bf16,f16}`). Asynchronous: see the
+/// module docs.
+///
+/// # Safety
+/// As [`mma_m64n64k16_ss`].
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_rs<Q: MmaElement, const TRANS_B: u32>(
+    acc: &mut [f32; 32],
+    a: [u32; 4],
+    b: u64,
+    accumulate: bool,
+) {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    {
+        let scale_d = accumulate as u32;
+        macro_rules! issue {
+            ($ty:literal) => {
+                core::arch::asm!(
+                    concat!("{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
+                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
+                        " {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, {tb};\n}}"),
+                    d0 = inout(reg32) acc[0],
+                    d1 = inout(reg32) acc[1],
+                    d2 = inout(reg32) acc[2],
+                    d3 = inout(reg32) acc[3],
+                    d4 = inout(reg32) acc[4],
+                    d5 = inout(reg32) acc[5],
+                    d6 = inout(reg32) acc[6],
+                    d7 = inout(reg32) acc[7],
+                    d8 = inout(reg32) acc[8],
+                    d9 = inout(reg32) acc[9],
+                    d10 = inout(reg32) acc[10],
+                    d11 = inout(reg32) acc[11],
+                    d12 = inout(reg32) acc[12],
+                    d13 = inout(reg32) acc[13],
+                    d14 = inout(reg32) acc[14],
+                    d15 = inout(reg32) acc[15],
+                    d16 = inout(reg32) acc[16],
+                    d17 = inout(reg32) acc[17],
+                    d18 = inout(reg32) acc[18],
+                    d19 = inout(reg32) acc[19],
+                    d20 = inout(reg32) acc[20],
+                    d21 = inout(reg32) acc[21],
+                    d22 = inout(reg32) acc[22],
+                    d23 = inout(reg32) acc[23],
+                    d24 = inout(reg32) acc[24],
+                    d25 = inout(reg32) acc[25],
+                    d26 = inout(reg32) acc[26],
+                    d27 = inout(reg32) acc[27],
+                    d28 = inout(reg32) acc[28],
+                    d29 = inout(reg32) acc[29],
+                    d30 = inout(reg32) acc[30],
+                    d31 = inout(reg32) acc[31],
+                    a0 = in(reg32) a[0],
+                    a1 = in(reg32) a[1],
+                    a2 = in(reg32) a[2],
+                    a3 = in(reg32) a[3],
+                    b = in(reg64) b,
+                    scale_d = in(reg32) scale_d,
+                    tb = const TRANS_B,
+                    options(nostack),
+                )
+            };
+        }
+        if Q::IS_BF16 {
+            issue!("bf16")
+        } else {
+            issue!("f16")
+        }
+    }
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    {
+        let _ = (acc, a, b, accumulate);
+        crate::gpu_only!("wgmma::mma_m64n64k16_rs")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,7 @@ use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
 use super::paged_attention_mma::{online_softmax_steps, quad_sum};
 use super::unroll;
+use crate::wgmma;
 
 /// M rows (query row × query head pairs) of a tile: 16 per warp.
 pub const TILE_M: u32 = 64;
@@ -255,7 +256,7 @@ fn rows_visit_range(first: &RowWindow, last: &RowWindow, include_masked: bool) -
 }
 
 #[inline(always)]
-unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
     ptr: TiledPointers<Q>,
     p: RpaParams,
 ) {
@@ -287,7 +288,7 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
             (*item, *item.add(1), *item.add(2))
         };
-        tile_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, seq, r0, rc);
+        tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc);
         if !fallback {
             break;
         }
@@ -297,8 +298,14 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
 
 /// One item: rows `[r0, r0 + rc)` of sequence `seq` (or zeros for [`NO_SEQUENCE`]) for the query
 /// heads of KV head `blockIdx.y`. Block-uniform; ends with a barrier, so a block may run another.
+///
+/// `WG` (sm_90a image only): the block's four warps are one warpgroup and the tensor-core work is
+/// `wgmma` ([`crate::wgmma`]): S = Q Kᵀ for all 64 M rows with Q from registers and K read from
+/// shared memory, then O += P V with V read transposed; the stages hold K and V in the 128-byte
+/// swizzle (64-dim column blocks of 128-byte rows) instead of the `ldmatrix` permutation, and every
+/// warp takes part in every tile (no per-warp skip: a `wgmma` needs the whole warpgroup).
 #[inline(always)]
-unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     seq: u32,
@@ -431,7 +438,17 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             unroll::<8>(|c| {
                 if (c as u32) < copies_per_token_thread {
                     let (region, group4) = (c as u32 / groups, c as u32 % groups);
-                    let dst = (first ^ (group4 << 6)) + region * TILE_KEYS * row_bytes;
+                    let dst = if WG {
+                        // Chunk 4 group4 + quad of the row: 64-dim block group4 / 2, chunk
+                        // (4 (group4 % 2) + quad) of that block's 128-byte row, swizzled.
+                        let chunk = 4 * (group4 % 2) + quad;
+                        stage_base
+                            + region * TILE_KEYS * row_bytes
+                            + (group4 / 2) * TILE_KEYS * 128
+                            + wgmma::swizzled_128b_offset(token, chunk)
+                    } else {
+                        (first ^ (group4 << 6)) + region * TILE_KEYS * row_bytes
+                    };
                     cp_async_16(dst, src.add(c * 64), valid, hint);
                 }
             });
@@ -468,6 +485,10 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     for i in 0..num_tiles {
         // Tile i has landed (TILE_STAGES - 2 later groups may still be in flight).
         wait_group::<{ TILE_STAGES - 2 }>();
+        if WG {
+            // The tile's cp.async writes (generic proxy) become visible to the wgmma operand reads.
+            wgmma::fence_proxy_async_shared();
+        }
         sync_threads();
         if i + TILE_STAGES - 1 < num_tiles {
             issue(i + TILE_STAGES - 1);
@@ -475,7 +496,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             commit_group();
         }
         let tile_base = lo + i * TILE_KEYS;
-        if tile_base >= warp_hi || tile_base + TILE_KEYS <= warp_lo {
+        if !WG && (tile_base >= warp_hi || tile_base + TILE_KEYS <= warp_lo) {
             continue; // none of the warp's rows sees this tile (warp-uniform)
         }
         let stage = smem_base + (i % TILE_STAGES) * stage_bytes;
@@ -485,15 +506,30 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         // The warp's 16 rows against all 64 keys, one softmax step for the tile (eight
         // independent mma chains for S, one max and one rescale per 64 keys).
         let mut s = [[0.0f32; 4]; 8];
-        let k_stage = stage + k_lane;
-        unroll::<KSTEPS>(|k| {
-            let k_step = k_stage ^ ((k as u32) << 5);
-            unroll::<4>(|kg| {
-                let b = ldmatrix_x4(k_step + kg as u32 * 16 * row_bytes);
-                s[2 * kg] = Q::mma(qa[k], [b[0], b[1]], s[2 * kg]);
-                s[2 * kg + 1] = Q::mma(qa[k], [b[2], b[3]], s[2 * kg + 1]);
+        if WG {
+            // The accumulators of m64n64 are the eight n-tiles' mma fragments, in order.
+            let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
+            wgmma::fence();
+            unroll::<KSTEPS>(|k| {
+                // K-major B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
+                let at = stage + (k as u32 / 4) * TILE_KEYS * 128 + (k as u32 % 4) * 32;
+                let desc = wgmma::descriptor(at, 16, 8 * 128, wgmma::Swizzle::Bytes128);
+                wgmma::mma_m64n64k16_rs::<Q, 0>(acc, qa[k], desc, k > 0);
             });
-        });
+            wgmma::commit_group();
+            wgmma::wait_group::<0>();
+            wgmma::keep_accumulator(acc);
+        } else {
+            let k_stage = stage + k_lane;
+            unroll::<KSTEPS>(|k| {
+                let k_step = k_stage ^ ((k as u32) << 5);
+                unroll::<4>(|kg| {
+                    let b = ldmatrix_x4(k_step + kg as u32 * 16 * row_bytes);
+                    s[2 * kg] = Q::mma(qa[k], [b[0], b[1]], s[2 * kg]);
+                    s[2 * kg + 1] = Q::mma(qa[k], [b[2], b[3]], s[2 * kg + 1]);
+                });
+            });
+        }
         // Element e of n-tile nt: M row lane/4 + 8*(e/2), key tile_base + nt*8 + 2*cq + e%2.
         // Logits in log2 units (the softmax takes exp2 of them): scaled, soft capped.
         if p.soft_cap != 0.0 {
@@ -525,16 +561,39 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         }
         let mut pa = [[0u32; 4]; 4];
         online_softmax_steps::<Q, NTILES, 8, 4>(&s, 1.0, &mut m, &mut l, &mut o, &mut pa);
-        let v_stage = stage + v_lane;
-        unroll::<4>(|ks| {
-            unroll::<NTILES>(|nt| {
-                if nt % 2 == 0 {
-                    let b = ldmatrix_x4_trans((v_stage ^ ((nt as u32 / 2) << 5)) + ks as u32 * 16 * row_bytes);
-                    o[nt] = Q::mma(pa[ks], [b[0], b[1]], o[nt]);
-                    o[nt + 1] = Q::mma(pa[ks], [b[2], b[3]], o[nt + 1]);
-                }
+        if WG {
+            // V read transposed (MN-major B): 16 keys per k-step are 16 rows of 128 bytes; the
+            // 64-dim column blocks are TILE_KEYS rows apart.
+            let v_region = stage + TILE_KEYS * row_bytes;
+            let desc = |ks: usize| {
+                wgmma::descriptor(v_region + ks as u32 * 16 * 128, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128)
+            };
+            wgmma::fence();
+            if D == 128 {
+                let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);
+                unroll::<4>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
+                wgmma::commit_group();
+                wgmma::wait_group::<0>();
+                wgmma::keep_accumulator(acc);
+            } else {
+                let acc = &mut *(o.as_mut_ptr() as *mut [f32; 32]);
+                unroll::<4>(|ks| wgmma::mma_m64n64k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
+                wgmma::commit_group();
+                wgmma::wait_group::<0>();
+                wgmma::keep_accumulator(acc);
+            }
+        } else {
+            let v_stage = stage + v_lane;
+            unroll::<4>(|ks| {
+                unroll::<NTILES>(|nt| {
+                    if nt % 2 == 0 {
+                        let b = ldmatrix_x4_trans((v_stage ^ ((nt as u32 / 2) << 5)) + ks as u32 * 16 * row_bytes);
+                        o[nt] = Q::mma(pa[ks], [b[0], b[1]], o[nt]);
+                        o[nt + 1] = Q::mma(pa[ks], [b[2], b[3]], o[nt + 1]);
+                    }
+                });
             });
-        });
+        }
     }
     // Every copy has landed and every warp is done with the stages (the next item of a fallback
     // block refills them).
@@ -573,7 +632,8 @@ pub unsafe fn rpa_plan(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u
 
 /// One tiled kernel per (q dtype = KV dtype, head_dim): `rpa_tile_<q>_<q>_d<D>`.
 macro_rules! rpa_tile_kernels {
-    ($( $name:ident: $q:ty, $d:literal; )*) => {$(
+    ($( $(#[$cfg:meta])* $name:ident: $q:ty, $d:literal, $wg:literal; )*) => {$(
+        $(#[$cfg])*
         /// The tiled attention kernel (see the module docs); launched by the host after
         /// [`rpa_plan`].
         ///
@@ -589,7 +649,7 @@ macro_rules! rpa_tile_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams,
         ) {
-            rpa_tiled::<$q, $d, { $d / 16 }, { $d / 8 }>(
+            rpa_tiled::<$q, $d, { $d / 16 }, { $d / 8 }, $wg>(
                 TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
             )
@@ -598,8 +658,18 @@ macro_rules! rpa_tile_kernels {
 }
 
 rpa_tile_kernels! {
-    rpa_tile_f16_f16_d64: f16, 64;
-    rpa_tile_f16_f16_d128: f16, 128;
-    rpa_tile_bf16_bf16_d64: Bf16, 64;
-    rpa_tile_bf16_bf16_d128: Bf16, 128;
+    rpa_tile_f16_f16_d64: f16, 64, false;
+    rpa_tile_f16_f16_d128: f16, 128, false;
+    rpa_tile_bf16_bf16_d64: Bf16, 64, false;
+    rpa_tile_bf16_bf16_d128: Bf16, 128, false;
+    // The warpgroup-MMA variants (`WG`), in the sm_90a image only; chosen explicitly
+    // (`XGK_RPA_KERNEL=tiled-wgmma`) until they are measured.
+    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+    rpa_tile_wg_f16_f16_d64: f16, 64, true;
+    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+    rpa_tile_wg_f16_f16_d128: f16, 128, true;
+    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+    rpa_tile_wg_bf16_bf16_d64: Bf16, 64, true;
+    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+    rpa_tile_wg_bf16_bf16_d128: Bf16, 128, true;
 }

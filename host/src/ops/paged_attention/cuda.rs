@@ -136,10 +136,13 @@ pub enum KernelChoice {
     /// The query-tiled kernel with its device-side plan (prefill and mixed batches); an error
     /// where it does not apply.
     Tiled,
+    /// The query-tiled kernel with warpgroup MMA (`wgmma`) for the tensor-core work: sm_90a image
+    /// only (a Hopper GPU); chosen only explicitly until it is measured against [`Self::Tiled`].
+    TiledWgmma,
 }
 
 /// Environment variable that overrides [`KernelChoice::Auto`] (benchmarks compare the kernels in
-/// one process): `auto`, `general`, `mma`, `pipelined` or `tiled`.
+/// one process): `auto`, `general`, `mma`, `pipelined`, `tiled` or `tiled-wgmma`.
 pub const KERNEL_ENV_VAR: &str = "XGK_RPA_KERNEL";
 
 impl KernelChoice {
@@ -159,8 +162,9 @@ impl KernelChoice {
                 "mma" => Ok(KernelChoice::TensorCore),
                 "pipelined" => Ok(KernelChoice::Pipelined),
                 "tiled" => Ok(KernelChoice::Tiled),
+                "tiled-wgmma" => Ok(KernelChoice::TiledWgmma),
                 other => Err(crate::Error::invalid(format!(
-                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma, pipelined or tiled"
+                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma, pipelined, tiled or tiled-wgmma"
                 ))),
             },
         }
@@ -375,6 +379,7 @@ pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str 
     let name = match kernel {
         KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::Tiled => format!("rpa_tile_{q}_{kv}_d{}", spec.head_dim),
+        KernelChoice::TiledWgmma => format!("rpa_tile_wg_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::TensorCore => format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim),
         _ => format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane()),
     };
@@ -497,12 +502,12 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
             );
             KernelChoice::Pipelined
         }
-        KernelChoice::Tiled => {
+        KernelChoice::Tiled | KernelChoice::TiledWgmma => {
             ensure!(
                 tiled_applies(spec, cc),
                 "the tiled kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128, num_q_heads / num_kv_heads <= 64 and sm_80+"
             );
-            KernelChoice::Tiled
+            choice
         }
         KernelChoice::General => KernelChoice::General,
     })
@@ -519,12 +524,19 @@ fn plan_launch(
 ) -> Result<LaunchPlan> {
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
-    if kernel == KernelChoice::Tiled {
+    if kernel == KernelChoice::TiledWgmma {
+        ensure!(
+            module.image.has_wgmma(),
+            "the tiled-wgmma kernel needs the sm_90a PTX image (a Hopper GPU); this context loaded {}",
+            module.image.arch
+        );
+    }
+    if matches!(kernel, KernelChoice::Tiled | KernelChoice::TiledWgmma) {
         let rows = tile_rows(spec.num_q_heads / spec.num_kv_heads);
         let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
         ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
         ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
-        let plan = LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, KernelChoice::Tiled), rows, capacity });
+        let plan = LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, kernel), rows, capacity });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
