@@ -737,8 +737,9 @@ fn scratch_allocation_failure_is_an_error_and_the_next_call_works() {
 }
 
 /// The warpgroup MMA primitives of the sm_90a image (`kernels_gpu::wgmma`: descriptors, 128-byte
-/// swizzle, `m64n64k16` with both operands in shared memory, `m64n128k16` with A in registers and
-/// B read transposed) against the CPU, through the `wgmma_selftest_bf16` kernel. Each mode runs
+/// swizzle, `m64n64k16` with both operands in shared memory, `m64n64k16` and `m64n128k16` with A
+/// in registers and B K-major or read transposed: the tiled-wgmma kernel's S and P V at head dims
+/// 64 and 128) against the CPU, through the `wgmma_selftest_bf16` kernel. Each mode runs
 /// with the documented descriptor offsets (asserted) and with swapped ones (printed, to tell a
 /// wrong encoding from a wrong layout when the first fails).
 #[test]
@@ -748,7 +749,7 @@ fn wgmma_primitives_match_cpu() {
     let stream = gpu();
     let module = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
     assert!(
-        module.image.has_grid_dependency_control(),
+        module.image.has_wgmma(),
         "the wgmma self-test needs the sm_90a image (a Hopper GPU); this context loaded {}",
         module.image.arch
     );
@@ -757,9 +758,11 @@ fn wgmma_primitives_match_cpu() {
     let value = |bits: u16| half::bf16::from_bits(bits).to_f64();
     // (mode, m, n, k, b stored as [n][k] (K-major) or [k][n], candidate (leading, stride) offsets).
     type Mode = (u32, usize, usize, usize, bool, [(u32, u32); 3]);
-    let modes: [Mode; 2] = [
+    let modes: [Mode; 4] = [
         (0, 64, 64, 64, true, [(16, 1024), (1024, 16), (8192, 1024)]),
         (1, 64, 128, 64, false, [(8192, 1024), (1024, 8192), (16, 1024)]),
+        (2, 64, 64, 128, true, [(16, 1024), (1024, 16), (8192, 1024)]),
+        (3, 64, 64, 64, false, [(8192, 1024), (1024, 8192), (16, 1024)]),
     ];
     for (mode, m, n, k, b_k_major, candidates) in modes {
         let a: Vec<u16> = (0..m * k).map(|_| bf16(rng.gen_range(-1.0..1.0))).collect();

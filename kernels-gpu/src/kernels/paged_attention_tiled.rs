@@ -91,6 +91,12 @@ pub const fn tiled_shared_bytes(head_dim: u32) -> u32 {
     TILE_STAGES * 2 * TILE_KEYS * head_dim * 2
 }
 
+/// Dynamic shared memory of the warpgroup-MMA tiled kernel: the stages and 1 KiB to align them to
+/// the 128-byte swizzle's 1024 bytes.
+pub const fn tiled_wgmma_shared_bytes(head_dim: u32) -> u32 {
+    tiled_shared_bytes(head_dim) + 1024
+}
+
 /// Whether a sequence of `rows` query rows is one short item (all its M rows fit one warp's 16).
 #[inline(always)]
 fn is_short(rows: u32, group: u32) -> bool {
@@ -390,7 +396,11 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let copies_per_token_thread = 2 * row_chunks / 4;
     let tokens_per_pass = TILE_THREADS / 4;
     let smem = dynamic_shared_mem::<f32>();
-    let smem_base = shared_address(smem);
+    // The 128-byte swizzle is defined on address bits, so the wgmma stages start on a 1024-byte
+    // boundary (the launch gives WG kernels 1 KiB more for this); the ldmatrix permutation needs
+    // 256-byte alignment, which the dynamic shared memory of these kernels (no static shared
+    // memory) has.
+    let smem_base = if WG { (shared_address(smem) + 1023) & !1023 } else { shared_address(smem) };
     let kv = ptr.kv as *const u8;
     let token_stride = 2 * p.num_kv_heads as usize * D * 2;
     let head_offset = 2 * g as usize * D * 2;
@@ -509,6 +519,9 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         if WG {
             // The accumulators of m64n64 are the eight n-tiles' mma fragments, in order.
             let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
+            // The zeroed accumulators are written before the fence (the ISA wants every register
+            // write a wgmma depends on ordered before `wgmma.fence`).
+            wgmma::keep_accumulator(acc);
             wgmma::fence();
             unroll::<KSTEPS>(|k| {
                 // K-major B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
@@ -568,15 +581,19 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             let desc = |ks: usize| {
                 wgmma::descriptor(v_region + ks as u32 * 16 * 128, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128)
             };
-            wgmma::fence();
             if D == 128 {
                 let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);
+                // The softmax's rescale of O lands before the fence.
+                wgmma::keep_accumulator(acc);
+                wgmma::fence();
                 unroll::<4>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
                 wgmma::commit_group();
                 wgmma::wait_group::<0>();
                 wgmma::keep_accumulator(acc);
             } else {
                 let acc = &mut *(o.as_mut_ptr() as *mut [f32; 32]);
+                wgmma::keep_accumulator(acc);
+                wgmma::fence();
                 unroll::<4>(|ks| wgmma::mma_m64n64k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
                 wgmma::commit_group();
                 wgmma::wait_group::<0>();

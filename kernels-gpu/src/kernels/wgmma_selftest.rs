@@ -9,6 +9,10 @@
 //! - `mode` 1, O = P V: `d[64][128] = a[64][64] · b[64][128]`, A from registers, B stored as it
 //!   lies in memory (`[k][n]`: MN-major, read transposed) in two 64-column blocks, four
 //!   `m64n128k16` k-steps.
+//! - `mode` 2, the tiled kernel's S at head_dim 128: `d[64][64] = a[64][128] · b[64][128]ᵀ`, A from
+//!   registers, B K-major in two 64-column blocks, eight `m64n64k16` k-steps.
+//! - `mode` 3, its O += P V at head_dim 64: `d[64][64] = a[64][64] · b[64][64]`, A from registers,
+//!   B MN-major (read transposed), four `m64n64k16` k-steps.
 //!
 //! Launch: one block of 128 threads, [`WGMMA_SELFTEST_SHARED_BYTES`] of dynamic shared memory.
 
@@ -20,8 +24,8 @@ use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, WARP_SIZE};
 use crate::wgmma::{
-    commit_group, descriptor, fence, fence_proxy_async_shared, keep_accumulator, mma_m64n128k16_rs, mma_m64n64k16_ss,
-    swizzled_128b_offset, wait_group, Swizzle,
+    commit_group, descriptor, fence, fence_proxy_async_shared, keep_accumulator, mma_m64n128k16_rs, mma_m64n64k16_rs,
+    mma_m64n64k16_ss, swizzled_128b_offset, wait_group, Swizzle,
 };
 
 /// Dynamic shared memory of the self-test: two 8 KiB operand tiles (mode 0) or one 16 KiB one
@@ -54,8 +58,8 @@ unsafe fn pair(m: *const u16, cols: u32, row: u32, col: u32) -> u32 {
 /// The self-test kernel (see the module docs).
 ///
 /// # Safety
-/// `a` holds 64 x 64 elements, `b` 64 x 64 (mode 0) or 64 x 128 (mode 1), `d` room for 64 x 64 or
-/// 64 x 128 `f32`, all device pointers; one block of 128 threads with
+/// `a` and `b` hold the operands of `mode` (module docs; at most 64 x 128 elements each), `d` room
+/// for the 64 x 64 or 64 x 128 `f32` product, all device pointers; one block of 128 threads with
 /// [`WGMMA_SELFTEST_SHARED_BYTES`] of dynamic shared memory.
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 #[kernel]
@@ -84,6 +88,7 @@ pub unsafe fn wgmma_selftest_bf16(
         fence_proxy_async_shared();
         sync_threads();
         let mut acc = [0.0f32; 32];
+        keep_accumulator(&mut acc);
         fence();
         unroll::<4>(|k| {
             let step = k as u32 * 32; // 16 elements of K inside the 128-byte rows
@@ -91,6 +96,49 @@ pub unsafe fn wgmma_selftest_bf16(
             let db = descriptor(tile_address + 8192 + step, b_leading, b_stride, Swizzle::Bytes128);
             mma_m64n64k16_ss::<Bf16, 0>(&mut acc, da, db, k > 0);
         });
+        commit_group();
+        wait_group::<0>();
+        keep_accumulator(&mut acc);
+        unroll::<8>(|j| {
+            let col = 8 * j as u32 + 2 * c;
+            for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
+                *d.add((r * 64 + col) as usize) = acc[first];
+                *d.add((r * 64 + col + 1) as usize) = acc[first + 1];
+            }
+        });
+    } else if mode == 2 || mode == 3 {
+        let k_steps = if mode == 2 { 8 } else { 4 };
+        let a_cols = 16 * k_steps as u32;
+        stage_swizzled(b, 64, if mode == 2 { 128 } else { 64 }, tile, tid);
+        let mut frag = [[0u32; 4]; 8];
+        unroll::<8>(|k| {
+            if k < k_steps {
+                let col = 16 * k as u32 + 2 * c;
+                frag[k] = [
+                    pair(a, a_cols, row, col),
+                    pair(a, a_cols, row + 8, col),
+                    pair(a, a_cols, row, col + 8),
+                    pair(a, a_cols, row + 8, col + 8),
+                ];
+            }
+        });
+        fence_proxy_async_shared();
+        sync_threads();
+        let mut acc = [0.0f32; 32];
+        keep_accumulator(&mut acc);
+        fence();
+        if mode == 2 {
+            unroll::<8>(|k| {
+                let at = tile_address + (k as u32 / 4) * 8192 + (k as u32 % 4) * 32;
+                let db = descriptor(at, b_leading, b_stride, Swizzle::Bytes128);
+                mma_m64n64k16_rs::<Bf16, 0>(&mut acc, frag[k], db, k > 0);
+            });
+        } else {
+            unroll::<4>(|k| {
+                let db = descriptor(tile_address + k as u32 * 16 * 128, b_leading, b_stride, Swizzle::Bytes128);
+                mma_m64n64k16_rs::<Bf16, 1>(&mut acc, frag[k], db, k > 0);
+            });
+        }
         commit_group();
         wait_group::<0>();
         keep_accumulator(&mut acc);
@@ -117,6 +165,7 @@ pub unsafe fn wgmma_selftest_bf16(
         fence_proxy_async_shared();
         sync_threads();
         let mut acc = [0.0f32; 64];
+        keep_accumulator(&mut acc);
         fence();
         unroll::<4>(|k| {
             let step = k as u32 * 16 * 128; // 16 rows of K

@@ -8,8 +8,8 @@ use kernels_gpu::kernels::paged_attention_pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_supports, pipelined_threads, PIPE_TILE_KEYS,
 };
 use kernels_gpu::kernels::paged_attention_tiled::{
-    plan_bytes, plan_capacity, tile_rows, tiled_shared_bytes, tiled_supports, PLAN_SHARED_BYTES, PLAN_THREADS,
-    TILE_THREADS,
+    plan_bytes, plan_capacity, tile_rows, tiled_shared_bytes, tiled_supports, tiled_wgmma_shared_bytes,
+    PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
 
 use super::PagedAttention;
@@ -430,6 +430,8 @@ struct TiledPlan {
     name: &'static str,
     rows: u32,
     capacity: u64,
+    /// Dynamic shared memory of the tile kernel (the wgmma variant aligns its stages).
+    shared_bytes: u32,
 }
 
 /// [`LaunchPlan::Direct`]: the attention kernel, its block, and the key splits.
@@ -447,7 +449,7 @@ impl LaunchPlan {
     /// The kernels the launch enqueues, with their dynamic shared memory.
     fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
         match *self {
-            LaunchPlan::Tiled(t) => vec![("rpa_plan", PLAN_SHARED_BYTES), (t.name, tiled_shared_bytes(spec.head_dim))],
+            LaunchPlan::Tiled(t) => vec![("rpa_plan", PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
                 if d.splits > 1 {
@@ -536,7 +538,12 @@ fn plan_launch(
         let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
         ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
         ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
-        let plan = LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, kernel), rows, capacity });
+        let shared_bytes = if kernel == KernelChoice::TiledWgmma {
+            tiled_wgmma_shared_bytes(spec.head_dim)
+        } else {
+            tiled_shared_bytes(spec.head_dim)
+        };
+        let plan = LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, kernel), rows, capacity, shared_bytes });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
@@ -778,7 +785,7 @@ unsafe fn launch_tiled(
     let cfg = LaunchConfig {
         grid: (t.capacity as u32, spec.num_kv_heads, 1),
         block: (TILE_THREADS, 1, 1),
-        shared_bytes: tiled_shared_bytes(spec.head_dim),
+        shared_bytes: t.shared_bytes,
     };
     module.launch(stream, t.name, cfg, &mut args.pointers(), settings.programmatic)
 }
