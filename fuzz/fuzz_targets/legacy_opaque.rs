@@ -12,27 +12,12 @@
 use std::ffi::c_void;
 
 use libfuzzer_sys::fuzz_target;
-use xla_gpu_kernels::host::xla::handlers::{paged_attention_from_opaque, simple_add_from_opaque};
+use xla_gpu_kernels::host::xla::handlers::{
+    paged_attention_from_opaque, simple_add_from_opaque, PAGED_ATTENTION_OPAQUE_KEYS, SIMPLE_ADD_OPAQUE_KEYS,
+};
 use xla_gpu_kernels::host::xla::legacy::Opaque;
 use xla_gpu_kernels::{XlaGpuPagedAttention, XlaGpuSimpleAddStatus};
 use xla_gpu_kernels_fuzz::{check_message, trace};
-
-const KEYS: [&str; 14] = [
-    "op",
-    "dtype",
-    "n",
-    "q",
-    "kv",
-    "max_num_seqs",
-    "pages_per_seq",
-    "sm_scale",
-    "sliding_window",
-    "soft_cap",
-    "mask_value",
-    "k_scale",
-    "v_scale",
-    "",
-];
 
 fn check<T>(what: &str, r: Result<T, xla_gpu_kernels::host::Error>) {
     if let Err(e) = r {
@@ -66,14 +51,16 @@ extern "C" {
 fuzz_target!(|data: &[u8]| {
     match Opaque::parse(data) {
         Ok(o) => {
-            for key in KEYS {
+            // Every key the validators read, the op selector, and the empty key.
+            let keys = ["op", ""].into_iter().chain(SIMPLE_ADD_OPAQUE_KEYS).chain(PAGED_ATTENTION_OPAQUE_KEYS);
+            for key in keys {
                 check("u64", o.u64(key));
                 check("u64_opt", o.u64_opt(key));
                 check("f32_opt", o.f32_opt(key));
                 check("dtype", o.dtype(key));
                 check("shape", o.shape(key));
             }
-            check("expect", o.expect("simple_add", &["dtype", "n"]));
+            check("expect", o.expect("simple_add", &SIMPLE_ADD_OPAQUE_KEYS));
         }
         Err(e) => check_message("parse", &e.to_string()),
     }

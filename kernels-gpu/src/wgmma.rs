@@ -127,6 +127,35 @@ pub fn keep_accumulator<const R: usize>(acc: &mut [f32; R]) {
     let _ = acc;
 }
 
+/// Issues one `wgmma.mma_async` for q's element type (`Q::IS_BF16`: bf16, else f16): the
+/// accumulators `acc[i]` for the listed `i` are its `d` registers, in order; `operands` is the
+/// template text after them (the A operand, B's descriptor, the scale-d predicate `p` set from
+/// `scale_d`, the scale and transpose immediates), and the named operands follow.
+#[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+macro_rules! mma_async {
+    (@issue $ty:literal, $shape:literal, $acc:ident[$first:literal $(, $i:literal)*], $operands:literal;
+        $($named:tt)*) => {
+        core::arch::asm!(
+            concat!(
+                "{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty, " {{",
+                "{", $first, "}", $(", {", $i, "}",)*
+                "}}, ", $operands, ";\n}}"
+            ),
+            inout(reg32) $acc[$first], $(inout(reg32) $acc[$i],)*
+            $($named)*
+            options(nostack),
+        )
+    };
+    ($shape:literal, $acc:ident[$($i:literal),*], $operands:literal; $($named:tt)*) => {
+        if Q::IS_BF16 {
+            mma_async!(@issue "bf16", $shape, $acc[$($i),*], $operands; $($named)*)
+        } else {
+            mma_async!(@issue "f16", $shape, $acc[$($i),*], $operands; $($named)*)
+        }
+    };
+}
+
 /// `acc (+)= A · B` for a 64x64 tile over 16 of K, both operands in shared memory
 /// (`wgmma.mma_async.sync.aligned.m64n64k16.f32.{bf16,f16}`): `a` and `b` are descriptors of A
 /// (64 x 16, K-major) and B (16 x 64: K-major with `TRANS_B = 0`, MN-major with 1). Asynchronous:
@@ -143,175 +172,12 @@ pub unsafe fn mma_m64n64k16_ss<Q: MmaElement, const TRANS_B: u32>(
     accumulate: bool,
 ) {
     #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
-    {
-        let scale_d = accumulate as u32;
-        macro_rules! issue {
-            ($ty:literal) => {
-                core::arch::asm!(
-                    concat!("{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
-                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
-                        " {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {a}, {b}, p, 1, 1, 0, {tb};\n}}"),
-                    d0 = inout(reg32) acc[0],
-                    d1 = inout(reg32) acc[1],
-                    d2 = inout(reg32) acc[2],
-                    d3 = inout(reg32) acc[3],
-                    d4 = inout(reg32) acc[4],
-                    d5 = inout(reg32) acc[5],
-                    d6 = inout(reg32) acc[6],
-                    d7 = inout(reg32) acc[7],
-                    d8 = inout(reg32) acc[8],
-                    d9 = inout(reg32) acc[9],
-                    d10 = inout(reg32) acc[10],
-                    d11 = inout(reg32) acc[11],
-                    d12 = inout(reg32) acc[12],
-                    d13 = inout(reg32) acc[13],
-                    d14 = inout(reg32) acc[14],
-                    d15 = inout(reg32) acc[15],
-                    d16 = inout(reg32) acc[16],
-                    d17 = inout(reg32) acc[17],
-                    d18 = inout(reg32) acc[18],
-                    d19 = inout(reg32) acc[19],
-                    d20 = inout(reg32) acc[20],
-                    d21 = inout(reg32) acc[21],
-                    d22 = inout(reg32) acc[22],
-                    d23 = inout(reg32) acc[23],
-                    d24 = inout(reg32) acc[24],
-                    d25 = inout(reg32) acc[25],
-                    d26 = inout(reg32) acc[26],
-                    d27 = inout(reg32) acc[27],
-                    d28 = inout(reg32) acc[28],
-                    d29 = inout(reg32) acc[29],
-                    d30 = inout(reg32) acc[30],
-                    d31 = inout(reg32) acc[31],
-                    a = in(reg64) a,
-                    b = in(reg64) b,
-                    scale_d = in(reg32) scale_d,
-                    tb = const TRANS_B,
-                    options(nostack),
-                )
-            };
-        }
-        if Q::IS_BF16 {
-            issue!("bf16")
-        } else {
-            issue!("f16")
-        }
-    }
+    mma_async!("m64n64k16", acc[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], "{a}, {b}, p, 1, 1, 0, {tb}";
+        a = in(reg64) a, b = in(reg64) b, scale_d = in(reg32) accumulate as u32, tb = const TRANS_B,);
     #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
     {
         let _ = (acc, a, b, accumulate);
         crate::gpu_only!("wgmma::mma_m64n64k16_ss")
-    }
-}
-
-/// `acc (+)= A · B` for a 64x128 tile over 16 of K, A from registers (the warp's 16 rows in the
-/// `mma.m16n8k16` A layout), B (16 x 128) in shared memory, K-major with `TRANS_B = 0`, MN-major
-/// with 1 (`wgmma.mma_async.sync.aligned.m64n128k16.f32.{bf16,f16}`). Asynchronous: see the
-/// module docs.
-///
-/// # Safety
-/// As [`mma_m64n64k16_ss`].
-#[inline(always)]
-pub unsafe fn mma_m64n128k16_rs<Q: MmaElement, const TRANS_B: u32>(
-    acc: &mut [f32; 64],
-    a: [u32; 4],
-    b: u64,
-    accumulate: bool,
-) {
-    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
-    {
-        let scale_d = accumulate as u32;
-        macro_rules! issue {
-            ($ty:literal) => {
-                core::arch::asm!(
-                    concat!("{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
-                        "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty,
-                        " {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, {tb};\n}}"),
-                    d0 = inout(reg32) acc[0],
-                    d1 = inout(reg32) acc[1],
-                    d2 = inout(reg32) acc[2],
-                    d3 = inout(reg32) acc[3],
-                    d4 = inout(reg32) acc[4],
-                    d5 = inout(reg32) acc[5],
-                    d6 = inout(reg32) acc[6],
-                    d7 = inout(reg32) acc[7],
-                    d8 = inout(reg32) acc[8],
-                    d9 = inout(reg32) acc[9],
-                    d10 = inout(reg32) acc[10],
-                    d11 = inout(reg32) acc[11],
-                    d12 = inout(reg32) acc[12],
-                    d13 = inout(reg32) acc[13],
-                    d14 = inout(reg32) acc[14],
-                    d15 = inout(reg32) acc[15],
-                    d16 = inout(reg32) acc[16],
-                    d17 = inout(reg32) acc[17],
-                    d18 = inout(reg32) acc[18],
-                    d19 = inout(reg32) acc[19],
-                    d20 = inout(reg32) acc[20],
-                    d21 = inout(reg32) acc[21],
-                    d22 = inout(reg32) acc[22],
-                    d23 = inout(reg32) acc[23],
-                    d24 = inout(reg32) acc[24],
-                    d25 = inout(reg32) acc[25],
-                    d26 = inout(reg32) acc[26],
-                    d27 = inout(reg32) acc[27],
-                    d28 = inout(reg32) acc[28],
-                    d29 = inout(reg32) acc[29],
-                    d30 = inout(reg32) acc[30],
-                    d31 = inout(reg32) acc[31],
-                    d32 = inout(reg32) acc[32],
-                    d33 = inout(reg32) acc[33],
-                    d34 = inout(reg32) acc[34],
-                    d35 = inout(reg32) acc[35],
-                    d36 = inout(reg32) acc[36],
-                    d37 = inout(reg32) acc[37],
-                    d38 = inout(reg32) acc[38],
-                    d39 = inout(reg32) acc[39],
-                    d40 = inout(reg32) acc[40],
-                    d41 = inout(reg32) acc[41],
-                    d42 = inout(reg32) acc[42],
-                    d43 = inout(reg32) acc[43],
-                    d44 = inout(reg32) acc[44],
-                    d45 = inout(reg32) acc[45],
-                    d46 = inout(reg32) acc[46],
-                    d47 = inout(reg32) acc[47],
-                    d48 = inout(reg32) acc[48],
-                    d49 = inout(reg32) acc[49],
-                    d50 = inout(reg32) acc[50],
-                    d51 = inout(reg32) acc[51],
-                    d52 = inout(reg32) acc[52],
-                    d53 = inout(reg32) acc[53],
-                    d54 = inout(reg32) acc[54],
-                    d55 = inout(reg32) acc[55],
-                    d56 = inout(reg32) acc[56],
-                    d57 = inout(reg32) acc[57],
-                    d58 = inout(reg32) acc[58],
-                    d59 = inout(reg32) acc[59],
-                    d60 = inout(reg32) acc[60],
-                    d61 = inout(reg32) acc[61],
-                    d62 = inout(reg32) acc[62],
-                    d63 = inout(reg32) acc[63],
-                    a0 = in(reg32) a[0],
-                    a1 = in(reg32) a[1],
-                    a2 = in(reg32) a[2],
-                    a3 = in(reg32) a[3],
-                    b = in(reg64) b,
-                    scale_d = in(reg32) scale_d,
-                    tb = const TRANS_B,
-                    options(nostack),
-                )
-            };
-        }
-        if Q::IS_BF16 {
-            issue!("bf16")
-        } else {
-            issue!("f16")
-        }
-    }
-    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
-    {
-        let _ = (acc, a, b, accumulate);
-        crate::gpu_only!("wgmma::mma_m64n128k16_rs")
     }
 }
 
@@ -330,67 +196,38 @@ pub unsafe fn mma_m64n64k16_rs<Q: MmaElement, const TRANS_B: u32>(
     accumulate: bool,
 ) {
     #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
-    {
-        let scale_d = accumulate as u32;
-        macro_rules! issue {
-            ($ty:literal) => {
-                core::arch::asm!(
-                    concat!("{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n",
-                        "wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty,
-                        " {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, {tb};\n}}"),
-                    d0 = inout(reg32) acc[0],
-                    d1 = inout(reg32) acc[1],
-                    d2 = inout(reg32) acc[2],
-                    d3 = inout(reg32) acc[3],
-                    d4 = inout(reg32) acc[4],
-                    d5 = inout(reg32) acc[5],
-                    d6 = inout(reg32) acc[6],
-                    d7 = inout(reg32) acc[7],
-                    d8 = inout(reg32) acc[8],
-                    d9 = inout(reg32) acc[9],
-                    d10 = inout(reg32) acc[10],
-                    d11 = inout(reg32) acc[11],
-                    d12 = inout(reg32) acc[12],
-                    d13 = inout(reg32) acc[13],
-                    d14 = inout(reg32) acc[14],
-                    d15 = inout(reg32) acc[15],
-                    d16 = inout(reg32) acc[16],
-                    d17 = inout(reg32) acc[17],
-                    d18 = inout(reg32) acc[18],
-                    d19 = inout(reg32) acc[19],
-                    d20 = inout(reg32) acc[20],
-                    d21 = inout(reg32) acc[21],
-                    d22 = inout(reg32) acc[22],
-                    d23 = inout(reg32) acc[23],
-                    d24 = inout(reg32) acc[24],
-                    d25 = inout(reg32) acc[25],
-                    d26 = inout(reg32) acc[26],
-                    d27 = inout(reg32) acc[27],
-                    d28 = inout(reg32) acc[28],
-                    d29 = inout(reg32) acc[29],
-                    d30 = inout(reg32) acc[30],
-                    d31 = inout(reg32) acc[31],
-                    a0 = in(reg32) a[0],
-                    a1 = in(reg32) a[1],
-                    a2 = in(reg32) a[2],
-                    a3 = in(reg32) a[3],
-                    b = in(reg64) b,
-                    scale_d = in(reg32) scale_d,
-                    tb = const TRANS_B,
-                    options(nostack),
-                )
-            };
-        }
-        if Q::IS_BF16 {
-            issue!("bf16")
-        } else {
-            issue!("f16")
-        }
-    }
+    mma_async!("m64n64k16", acc[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], "{{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, {tb}";
+        a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3], b = in(reg64) b,
+        scale_d = in(reg32) accumulate as u32, tb = const TRANS_B,);
     #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
     {
         let _ = (acc, a, b, accumulate);
         crate::gpu_only!("wgmma::mma_m64n64k16_rs")
+    }
+}
+
+/// `acc (+)= A · B` for a 64x128 tile over 16 of K, A from registers (the warp's 16 rows in the
+/// `mma.m16n8k16` A layout), B (16 x 128) in shared memory, K-major with `TRANS_B = 0`, MN-major
+/// with 1 (`wgmma.mma_async.sync.aligned.m64n128k16.f32.{bf16,f16}`). Asynchronous: see the
+/// module docs.
+///
+/// # Safety
+/// As [`mma_m64n64k16_ss`].
+#[inline(always)]
+pub unsafe fn mma_m64n128k16_rs<Q: MmaElement, const TRANS_B: u32>(
+    acc: &mut [f32; 64],
+    a: [u32; 4],
+    b: u64,
+    accumulate: bool,
+) {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    mma_async!("m64n128k16", acc[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63], "{{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, {tb}";
+        a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3], b = in(reg64) b,
+        scale_d = in(reg32) accumulate as u32, tb = const TRANS_B,);
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    {
+        let _ = (acc, a, b, accumulate);
+        crate::gpu_only!("wgmma::mma_m64n128k16_rs")
     }
 }
 

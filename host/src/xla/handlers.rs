@@ -67,7 +67,7 @@ pub unsafe fn run_simple_add_cpu(op: SimpleAdd, a: *mut c_void, b: *mut c_void, 
 /// Validates a simple_add opaque (`xgk1;op=simple_add;dtype=..;n=..`) into the op.
 pub fn simple_add_from_opaque(opaque: &[u8]) -> Result<SimpleAdd> {
     let o = Opaque::parse(opaque)?;
-    o.expect("simple_add", &["dtype", "n"])?;
+    o.expect("simple_add", &SIMPLE_ADD_OPAQUE_KEYS)?;
     let dtype = SimpleAdd::check_dtype(o.dtype("dtype")?)?;
     let len = usize::try_from(o.u64("n")?).map_err(|_| Error::invalid("n is too large"))?;
     SimpleAdd::new(dtype, len)
@@ -183,8 +183,11 @@ pub unsafe fn run_paged_attention_cpu(op: &PagedAttention, t: [*mut c_void; 7]) 
     )
 }
 
+/// Keys of the simple_add opaque.
+pub const SIMPLE_ADD_OPAQUE_KEYS: [&str; 2] = ["dtype", "n"];
+
 /// Keys of the paged attention opaque.
-const PAGED_ATTENTION_OPAQUE_KEYS: [&str; 10] = [
+pub const PAGED_ATTENTION_OPAQUE_KEYS: [&str; 10] = [
     "q",
     "kv",
     "max_num_seqs",

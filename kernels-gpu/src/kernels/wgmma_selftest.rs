@@ -18,7 +18,6 @@
 
 use super::{load_vec, unroll};
 use crate::kernel;
-use crate::mma::MmaElement;
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
@@ -53,6 +52,28 @@ unsafe fn stage_swizzled(src: *const u16, rows: u32, cols: u32, dst: *mut u8, ti
 #[inline(always)]
 unsafe fn pair(m: *const u16, cols: u32, row: u32, col: u32) -> u32 {
     *m.add((row * cols + col) as usize) as u32 | ((*m.add((row * cols + col + 1) as usize) as u32) << 16)
+}
+
+/// The `mma.m16n8k16` A fragment of k-step `k` (columns `16k..16k+16`) of row-major `a` (`cols`
+/// wide) for this lane's rows `row` and `row + 8` (`c = lane % 4`), straight from global memory.
+#[inline(always)]
+unsafe fn a_fragment(a: *const u16, cols: u32, row: u32, c: u32, k: u32) -> [u32; 4] {
+    let col = 16 * k + 2 * c;
+    [pair(a, cols, row, col), pair(a, cols, row + 8, col), pair(a, cols, row, col + 8), pair(a, cols, row + 8, col + 8)]
+}
+
+/// Writes this lane's accumulators of an `m64n(8 NT)` product (rows `row`, `row + 8`; the layout of
+/// the [`crate::wgmma`] docs) into row-major `d`, `8 NT` columns wide.
+#[inline(always)]
+unsafe fn store_accumulators<const NT: usize>(acc: &[f32], d: *mut f32, row: u32, c: u32) {
+    let cols = 8 * NT as u32;
+    unroll::<NT>(|j| {
+        let col = 8 * j as u32 + 2 * c;
+        for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
+            *d.add((r * cols + col) as usize) = acc[first];
+            *d.add((r * cols + col + 1) as usize) = acc[first + 1];
+        }
+    });
 }
 
 /// The self-test kernel (see the module docs).
@@ -99,13 +120,7 @@ pub unsafe fn wgmma_selftest_bf16(
         commit_group();
         wait_group::<0>();
         keep_accumulator(&mut acc);
-        unroll::<8>(|j| {
-            let col = 8 * j as u32 + 2 * c;
-            for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
-                *d.add((r * 64 + col) as usize) = acc[first];
-                *d.add((r * 64 + col + 1) as usize) = acc[first + 1];
-            }
-        });
+        store_accumulators::<8>(&acc, d, row, c);
     } else if mode == 2 || mode == 3 {
         let k_steps = if mode == 2 { 8 } else { 4 };
         let a_cols = 16 * k_steps as u32;
@@ -113,13 +128,7 @@ pub unsafe fn wgmma_selftest_bf16(
         let mut frag = [[0u32; 4]; 8];
         unroll::<8>(|k| {
             if k < k_steps {
-                let col = 16 * k as u32 + 2 * c;
-                frag[k] = [
-                    pair(a, a_cols, row, col),
-                    pair(a, a_cols, row + 8, col),
-                    pair(a, a_cols, row, col + 8),
-                    pair(a, a_cols, row + 8, col + 8),
-                ];
+                frag[k] = a_fragment(a, a_cols, row, c, k as u32);
             }
         });
         fence_proxy_async_shared();
@@ -142,26 +151,11 @@ pub unsafe fn wgmma_selftest_bf16(
         commit_group();
         wait_group::<0>();
         keep_accumulator(&mut acc);
-        unroll::<8>(|j| {
-            let col = 8 * j as u32 + 2 * c;
-            for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
-                *d.add((r * 64 + col) as usize) = acc[first];
-                *d.add((r * 64 + col + 1) as usize) = acc[first + 1];
-            }
-        });
+        store_accumulators::<8>(&acc, d, row, c);
     } else {
         stage_swizzled(b, 64, 128, tile, tid);
-        // A fragments of the four k-steps, straight from global memory.
         let mut frag = [[0u32; 4]; 4];
-        unroll::<4>(|k| {
-            let col = 16 * k as u32 + 2 * c;
-            frag[k] = [
-                pair(a, 64, row, col),
-                pair(a, 64, row + 8, col),
-                pair(a, 64, row, col + 8),
-                pair(a, 64, row + 8, col + 8),
-            ];
-        });
+        unroll::<4>(|k| frag[k] = a_fragment(a, 64, row, c, k as u32));
         fence_proxy_async_shared();
         sync_threads();
         let mut acc = [0.0f32; 64];
@@ -175,13 +169,6 @@ pub unsafe fn wgmma_selftest_bf16(
         commit_group();
         wait_group::<0>();
         keep_accumulator(&mut acc);
-        unroll::<16>(|j| {
-            let col = 8 * j as u32 + 2 * c;
-            for (r, first) in [(row, 4 * j), (row + 8, 4 * j + 2)] {
-                *d.add((r * 128 + col) as usize) = acc[first];
-                *d.add((r * 128 + col + 1) as usize) = acc[first + 1];
-            }
-        });
+        store_accumulators::<16>(&acc, d, row, c);
     }
-    let _ = <Bf16 as MmaElement>::IS_BF16;
 }
