@@ -49,6 +49,41 @@ impl<T: cudarc::driver::DeviceRepr> Dev<T> {
     }
 }
 
+/// A case's KV pool and metadata on the device; the q, output and workspace of a call vary.
+struct CaseInputs {
+    kv: Dev<u8>,
+    kv_lens: Dev<i32>,
+    page_indices: Dev<i32>,
+    cu_q_lens: Dev<i32>,
+    num_seqs: Dev<i32>,
+}
+
+impl CaseInputs {
+    fn upload(stream: &Arc<CudaStream>, case: &Case) -> Self {
+        CaseInputs {
+            kv: Dev::from(stream, &case.kv),
+            kv_lens: Dev::from(stream, &case.kv_lens),
+            page_indices: Dev::from(stream, &case.page_indices),
+            cu_q_lens: Dev::from(stream, &case.cu_q_lens),
+            num_seqs: Dev::from(stream, &[case.num_seqs]),
+        }
+    }
+
+    /// The launch's buffers with q `q`, output `out` and `workspace`.
+    fn buffers(&self, stream: &Arc<CudaStream>, q: &Dev<u8>, out: &Dev<u8>, workspace: Workspace) -> DeviceBuffers {
+        DeviceBuffers {
+            q: q.ptr(stream),
+            kv_pages: self.kv.ptr(stream),
+            kv_lens: self.kv_lens.ptr(stream),
+            page_indices: self.page_indices.ptr(stream),
+            cu_q_lens: self.cu_q_lens.ptr(stream),
+            num_seqs: self.num_seqs.ptr(stream),
+            out: out.ptr(stream),
+            workspace,
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
@@ -136,23 +171,9 @@ fn run_gpu_on(
     mode: WorkspaceMode,
     calls: usize,
 ) -> Vec<u8> {
+    let inputs = CaseInputs::upload(stream, case);
     let q = Dev::from(stream, &case.q);
-    let kv = Dev::from(stream, &case.kv);
-    let kv_lens = Dev::from(stream, &case.kv_lens);
-    let table = Dev::from(stream, &case.page_indices);
-    let cu = Dev::from(stream, &case.cu_q_lens);
-    let ns = Dev::from(stream, &[case.num_seqs]);
     let out = Dev::from(stream, &vec![0xFFu8; case.out_bytes()]);
-    let bufs = DeviceBuffers {
-        q: q.ptr(stream),
-        kv_pages: kv.ptr(stream),
-        kv_lens: kv_lens.ptr(stream),
-        page_indices: table.ptr(stream),
-        cu_q_lens: cu.ptr(stream),
-        num_seqs: ns.ptr(stream),
-        out: out.ptr(stream),
-        workspace: Workspace::Allocate,
-    };
     let exact = workspace_bytes_with(module, 0, &case.spec(), kernel).unwrap();
     let bytes = match mode {
         WorkspaceMode::Allocate => 0,
@@ -160,10 +181,11 @@ fn run_gpu_on(
         WorkspaceMode::Percent(p) => exact * p / 100,
     };
     let ws = Dev::from(stream, &vec![0xFFu8; bytes.max(1)]);
-    let bufs = match mode {
-        WorkspaceMode::Allocate => bufs,
-        _ => DeviceBuffers { workspace: Workspace::Given { ptr: ws.ptr(stream) as u64, bytes }, ..bufs },
+    let workspace = match mode {
+        WorkspaceMode::Allocate => Workspace::Allocate,
+        _ => Workspace::Given { ptr: ws.ptr(stream) as u64, bytes },
     };
+    let bufs = inputs.buffers(stream, &q, &out, workspace);
     for _ in 0..calls {
         unsafe { launch_cuda_with(module, stream.cu_stream(), &case.spec(), bufs, kernel) }.unwrap();
     }
@@ -624,11 +646,7 @@ fn programmatic_launches_chained_through_data_match_cpu() {
         for case in &cases {
             with_programmatic_launch(programmatic, || {
                 let spec = case.spec();
-                let kv = Dev::from(&stream, &case.kv);
-                let kv_lens = Dev::from(&stream, &case.kv_lens);
-                let table = Dev::from(&stream, &case.page_indices);
-                let cu = Dev::from(&stream, &case.cu_q_lens);
-                let ns = Dev::from(&stream, &[case.num_seqs]);
+                let inputs = CaseInputs::upload(&stream, case);
                 let bytes = workspace_bytes_with(&KERNELS, 0, &spec, KernelChoice::Auto).unwrap();
                 let ws = Dev::from(&stream, &vec![0xFFu8; bytes.max(1)]);
                 // buffers[0] is q; buffers[k] the output of link k and the q of link k + 1.
@@ -636,16 +654,8 @@ fn programmatic_launches_chained_through_data_match_cpu() {
                     .chain((0..LINKS).map(|_| Dev::from(&stream, &vec![0xFFu8; case.out_bytes()])))
                     .collect();
                 for link in 0..LINKS {
-                    let bufs = DeviceBuffers {
-                        q: buffers[link].ptr(&stream),
-                        kv_pages: kv.ptr(&stream),
-                        kv_lens: kv_lens.ptr(&stream),
-                        page_indices: table.ptr(&stream),
-                        cu_q_lens: cu.ptr(&stream),
-                        num_seqs: ns.ptr(&stream),
-                        out: buffers[link + 1].ptr(&stream),
-                        workspace: Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes },
-                    };
+                    let workspace = Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes };
+                    let bufs = inputs.buffers(&stream, &buffers[link], &buffers[link + 1], workspace);
                     unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, KernelChoice::Auto) }.unwrap();
                 }
                 stream.synchronize().unwrap();
@@ -675,23 +685,10 @@ fn scratch_allocation_failure_is_an_error_and_the_next_call_works() {
     let case = random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 20_000)], 1);
     assert!(workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Auto).unwrap() > 0, "the case must split");
     let cpu = case.cpu_output();
+    let inputs = CaseInputs::upload(&stream, &case);
     let q = Dev::from(&stream, &case.q);
-    let kv = Dev::from(&stream, &case.kv);
-    let kv_lens = Dev::from(&stream, &case.kv_lens);
-    let table = Dev::from(&stream, &case.page_indices);
-    let cu = Dev::from(&stream, &case.cu_q_lens);
-    let ns = Dev::from(&stream, &[case.num_seqs]);
     let out = Dev::from(&stream, &vec![0xFFu8; case.out_bytes()]);
-    let bufs = DeviceBuffers {
-        q: q.ptr(&stream),
-        kv_pages: kv.ptr(&stream),
-        kv_lens: kv_lens.ptr(&stream),
-        page_indices: table.ptr(&stream),
-        cu_q_lens: cu.ptr(&stream),
-        num_seqs: ns.ptr(&stream),
-        out: out.ptr(&stream),
-        workspace: Workspace::Allocate,
-    };
+    let bufs = inputs.buffers(&stream, &q, &out, Workspace::Allocate);
     let launch = || unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &case.spec(), bufs, KernelChoice::Auto) };
     launch().unwrap(); // loads the module and caches the plan while memory is free
     stream.synchronize().unwrap();

@@ -353,6 +353,20 @@ def check_gspmd_partitioner():
         jax.config.update("jax_use_shardy_partitioner", previous)
 
 
+def run_in_child(env, args=(), timeout=600):
+    """Runs this script in a fresh process with `env` and `args`; returns the finished process and
+    its reports by check name (the callers: test_sharding_cpu.py, test_sharding_gpu.py)."""
+    import subprocess
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            results[row["check"]] = row
+    return done, results
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tolerance", action="store_true", help="compare within the dtype tolerance (GPUs)")

@@ -7,7 +7,6 @@ process, so the multi-device checks run in a fresh process (`sharding_multidevic
 single-device checks run in this process.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -32,14 +31,7 @@ ROOT = HERE.parents[1]
 def run_checks(devices: int, extra=()):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT / "python"),
                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    done = subprocess.run([sys.executable, str(HERE / "sharding_multidevice.py"), *extra], env=env,
-                          capture_output=True, text=True, timeout=600)
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            results[row["check"]] = row
-    return done, results
+    return sharding_multidevice.run_in_child(env, extra, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ and independent calls in flight on two GPUs at once. Marked `gpu`: on the GPU ma
 """
 
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -36,13 +35,7 @@ def two_gpus():
 def gpu_checks():
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     env["PYTHONPATH"] = str(ROOT / "python")
-    done = subprocess.run([sys.executable, str(HERE / "sharding_multidevice.py"), "--tolerance"], env=env,
-                          capture_output=True, text=True, timeout=900)
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            results[row["check"]] = row
+    done, results = sharding_multidevice.run_in_child(env, ["--tolerance"], timeout=900)
     assert "_setup" in results, f"the checks did not start:\n{done.stdout}\n{done.stderr}"
     assert "(gpu)" in results["_setup"]["detail"], results["_setup"]
     print(results["_setup"]["detail"])

@@ -649,8 +649,7 @@ pub unsafe fn rpa_plan(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u
 
 /// One tiled kernel per (q dtype = KV dtype, head_dim): `rpa_tile_<q>_<q>_d<D>`.
 macro_rules! rpa_tile_kernels {
-    ($( $(#[$cfg:meta])* $name:ident: $q:ty, $d:literal, $wg:literal; )*) => {$(
-        $(#[$cfg])*
+    ($( $name:ident: $q:ty, $d:literal, $wg:literal; )*) => {$(
         /// The tiled attention kernel (see the module docs); launched by the host after
         /// [`rpa_plan`].
         ///
@@ -679,14 +678,14 @@ rpa_tile_kernels! {
     rpa_tile_f16_f16_d128: f16, 128, false;
     rpa_tile_bf16_bf16_d64: Bf16, 64, false;
     rpa_tile_bf16_bf16_d128: Bf16, 128, false;
-    // The warpgroup-MMA variants (`WG`), in the sm_90a image only; chosen explicitly
-    // (`XGK_RPA_KERNEL=tiled-wgmma`) until they are measured.
-    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+}
+
+// The warpgroup-MMA variants (`WG`), in the sm_90a image only; chosen explicitly
+// (`XGK_RPA_KERNEL=tiled-wgmma`) until they are measured.
+#[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+rpa_tile_kernels! {
     rpa_tile_wg_f16_f16_d64: f16, 64, true;
-    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
     rpa_tile_wg_f16_f16_d128: f16, 128, true;
-    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
     rpa_tile_wg_bf16_bf16_d64: Bf16, 64, true;
-    #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
     rpa_tile_wg_bf16_bf16_d128: Bf16, 128, true;
 }
