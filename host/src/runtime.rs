@@ -196,9 +196,9 @@ impl KernelModule {
         self.contexts.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// The embedded images, most specific first.
-    pub fn images(&self) -> &'static [PtxImage] {
-        self.images
+    /// The architectures of the embedded images, most specific first (for error messages).
+    fn archs(&self) -> Vec<&'static str> {
+        self.images.iter().map(|i| i.arch).collect()
     }
 
     /// The module loaded in the context that owns `stream`, loading it on first use.
@@ -281,9 +281,9 @@ impl KernelModule {
         let forced = std::env::var(PTX_ARCH_ENV_VAR).ok().filter(|v| !v.is_empty());
         if let Some(arch) = &forced {
             if !self.images.iter().any(|i| i.arch == arch) {
-                let have: Vec<&str> = self.images.iter().map(|i| i.arch).collect();
                 return Err(Error::invalid(format!(
-                    "{PTX_ARCH_ENV_VAR}={arch:?} names no embedded PTX image; the library has {have:?}"
+                    "{PTX_ARCH_ENV_VAR}={arch:?} names no embedded PTX image; the library has {:?}",
+                    self.archs()
                 )));
             }
         }
@@ -306,7 +306,7 @@ impl KernelModule {
         }
         let cc_text = format!("{}.{}", cc / 10, cc % 10);
         Err(if refused.is_empty() {
-            let have: Vec<&str> = self.images.iter().map(|i| i.arch).collect();
+            let have = self.archs();
             let chosen = match &forced {
                 Some(arch) => format!("the image {PTX_ARCH_ENV_VAR}={arch:?} names does not run"),
                 None => "no embedded PTX image runs".to_string(),
