@@ -60,20 +60,24 @@ pub fn choose_splits(blocks_per_split: u64, max_keys: u32, multiprocessors: u32)
 
 /// A block's fixed cost (resolving its row, filling the pipeline) in keys' worth of streaming.
 const BLOCK_OVERHEAD_KEYS: u64 = 64;
-/// The split merge kernel's cost, in keys' worth of one block's streaming, unless
-/// `XGK_RPA_MERGE_COST_KEYS` says otherwise (fitted on large cells; on the smallest ones the
-/// merge, a second kernel, may cost more than this and not splitting at all may win).
+/// The split merge kernel's fixed cost, in keys' worth of one block's streaming, unless
+/// `XGK_RPA_MERGE_COST_KEYS` says otherwise.
 pub const DEFAULT_MERGE_COST_KEYS: u32 = 96;
+/// The merge's cost per split, in keys: it reads every split's partial row. Fitted on the small
+/// decode cells of an H100 (2026-11-23, benchmarks/NOTES.md "v3g"): B1 x 2k ran 16 splits of two
+/// tiles in 11.4 us and 32 one-tile splits in 12.3 us; at 6 keys per split the model picks 16.
+const MERGE_COST_PER_SPLIT_KEYS: u64 = 6;
 /// Fewest pipeline tiles per split of the pipelined kernel, unless `XGK_RPA_MIN_SPLIT_TILES` says
-/// otherwise (a tuning knob for the smallest decode cells, whose time is a block's serial chain of
-/// tiles plus the merge: fewer tiles per block shorten the chain and add merge work).
-pub const DEFAULT_MIN_SPLIT_TILES: u32 = 4;
+/// otherwise. One: on the smallest decode cells a block's time is its serial chain of tiles, and
+/// the H100 sweep (B1 x 512: 13.3 us at four tiles per split, 10.2 at two, 8.8 at one) favours
+/// the shortest chains the model's merge cost allows.
+pub const DEFAULT_MIN_SPLIT_TILES: u32 = 1;
 
 /// Splits and keys per split for the pipelined kernel, from static shapes only.
 ///
 /// Model: every block streams its split at the same rate, so a grid run in waves of `slots`
-/// resident blocks takes ~ waves × (split length + a block's fixed cost), plus the merge when
-/// there is more than one split. Among split counts within [`SPLIT_COST_SLACK_PERCENT`] of the
+/// resident blocks takes ~ waves × (split length + a block's fixed cost), plus the merge (a fixed
+/// cost and one per split) when there is more than one split. Among split counts within [`SPLIT_COST_SLACK_PERCENT`] of the
 /// cheapest, the most splits win: the model assumes every sequence is as long as the page table
 /// allows, and shorter splits balance real batches of uneven lengths (a split past a sequence's
 /// end exits at once). Splits are whole pipeline tiles, at least `min_split_tiles` of them.
@@ -93,7 +97,8 @@ pub fn choose_splits_by_waves(
             let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
             let splits = max_keys.div_ceil(split_len);
             let waves = (blocks_per_split * splits as u64).div_ceil(slots);
-            let merge = if splits > 1 { merge_cost_keys as u64 } else { 0 };
+            let merge =
+                if splits > 1 { merge_cost_keys as u64 + MERGE_COST_PER_SPLIT_KEYS * splits as u64 } else { 0 };
             (waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge, splits, split_len)
         })
         .collect();
@@ -836,11 +841,20 @@ mod tests {
         assert!((24..=33).contains(&s), "{s} splits");
         assert!(len % PIPE_TILE_KEYS == 0 && s * len >= 32768);
         // Tiny: never below the minimum split.
-        assert_eq!(choose_splits_by_waves(8, 300, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (1, 320));
+        assert_eq!(choose_splits_by_waves(8, 300, slots, 4, DEFAULT_MERGE_COST_KEYS), (1, 320));
         assert_eq!(choose_splits_by_waves(1, 0, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (1, 64));
-        // B1 x 512: two splits of four tiles by default; one-tile splits give eight.
-        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (2, 256));
-        assert_eq!(choose_splits_by_waves(8, 512, slots, 1, DEFAULT_MERGE_COST_KEYS), (8, 64));
+        // B1 x 512: eight one-tile splits by default (the fastest on an H100); four-tile splits
+        // give two.
+        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (8, 64));
+        assert_eq!(choose_splits_by_waves(8, 512, slots, 4, DEFAULT_MERGE_COST_KEYS), (2, 256));
+        // B1 x 2k: the per-split merge cost stops at 16 two-tile splits (32 one-tile ones measured
+        // slower); B4 x 512 takes eight one-tile splits (256 blocks, one wave).
+        assert_eq!(choose_splits_by_waves(8, 2048, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (16, 128));
+        assert_eq!(choose_splits_by_waves(32, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (8, 64));
+        // Cells that already filled one wave keep their splits: B1 x 8k 32 of four tiles, B16 x
+        // 512 two.
+        assert_eq!(choose_splits_by_waves(8, 8192, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (32, 256));
+        assert_eq!(choose_splits_by_waves(128, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (2, 256));
         // A merge priced above the whole context: no split.
         assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, 512), (1, 512));
     }
