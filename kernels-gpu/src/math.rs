@@ -35,6 +35,21 @@ pub fn exp2_approx(x: f32) -> f32 {
     }
 }
 
+/// `a * b + c` rounded once (`fma.rn.f32`): one instruction where the separate multiply and add
+/// are two (Rust does not contract them on its own).
+#[inline(always)]
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: `llvm.fma.f32`, a native instruction on nvptx (no libcall).
+        unsafe { core::intrinsics::fmaf32(a, b, c) }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        a * b + c
+    }
+}
+
 /// e^x through `exp2_approx`.
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {

@@ -13,7 +13,7 @@
 //! kernel.
 
 use crate::attention::RpaParams;
-use crate::math::{exp2_approx, max_f32, tanh, LOG2_E};
+use crate::math::{exp2_approx, fma_f32, max_f32, tanh, LOG2_E};
 use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
@@ -154,12 +154,17 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
 ) {
     const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
     unroll::<2>(|ri| {
-        let mut local = f32::NEG_INFINITY;
-        unroll::<KN>(|nt| local = max_f32(local, max_f32(s[nt][2 * ri], s[nt][2 * ri + 1])));
+        // Max and sum as trees (a linear fold is a chain of 2 KN dependent instructions; with two
+        // warps per scheduler their latency is not hidden).
+        let mut part = [f32::NEG_INFINITY; KN];
+        unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
+        let local = tree_fold::<KN>(&mut part, max_f32);
         let m_new = max_f32(m[ri], quad_max(local));
         // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
         let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        let corr = exp2_approx((m[ri] - m_ref) * exp_scale);
+        // Weights exp2(s * exp_scale - m_ref * exp_scale): one fma each.
+        let neg_ref = -m_ref * exp_scale;
+        let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
         // Once the running max settles, most steps change no row's max: skip the rescale of the
         // accumulators then (a warp-uniform branch; rows whose max did not move have corr = 1).
         if warp_any(m_new != m[ri]) {
@@ -170,13 +175,31 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
             });
         }
         m[ri] = m_new;
+        let mut sums = [0.0f32; KN];
         unroll::<KN>(|nt| {
-            let w0 = exp2_approx((s[nt][2 * ri] - m_ref) * exp_scale);
-            let w1 = exp2_approx((s[nt][2 * ri + 1] - m_ref) * exp_scale);
-            l[ri] += w0 + w1;
+            let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref));
+            let w1 = exp2_approx(fma_f32(s[nt][2 * ri + 1], exp_scale, neg_ref));
+            sums[nt] = w0 + w1;
             pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(w0, w1);
         });
+        l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
     });
+}
+
+/// `v[0] op v[1] op ...` as a balanced tree (`N` a power of two; `v` is scratch).
+#[inline(always)]
+fn tree_fold<const N: usize>(v: &mut [f32; N], op: impl Fn(f32, f32) -> f32) -> f32 {
+    const { assert!(N.is_power_of_two(), "a balanced tree") };
+    let mut width = N;
+    while width > 1 {
+        width /= 2;
+        unroll::<N>(|i| {
+            if i < width {
+                v[i] = op(v[i], v[i + width]);
+            }
+        });
+    }
+    v[0]
 }
 
 /// Hands a warp's `(m, l, O)` of rows `g` and `g + 8` to [`merge_warps_and_store`]: shared layout

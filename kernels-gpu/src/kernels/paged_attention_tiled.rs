@@ -91,10 +91,13 @@ pub const fn tiled_shared_bytes(head_dim: u32) -> u32 {
     TILE_STAGES * 2 * TILE_KEYS * head_dim * 2
 }
 
-/// Dynamic shared memory of the warpgroup-MMA tiled kernel: the stages and 1 KiB to align them to
-/// the 128-byte swizzle's 1024 bytes.
+/// Dynamic shared memory of the warpgroup-MMA tiled kernel: the stages, the item's Q tile (the A
+/// operand of S = Q Kᵀ, read by the tensor cores from shared memory: the 32 registers a thread
+/// would hold it in go to the pipeline instead) and 1 KiB to align them to the 128-byte swizzle's
+/// 1024 bytes. At head_dim 128, 113 KiB: two blocks fill an H100 multiprocessor's 228 KiB with
+/// the driver's 1 KiB per block.
 pub const fn tiled_wgmma_shared_bytes(head_dim: u32) -> u32 {
-    tiled_shared_bytes(head_dim) + 1024
+    tiled_shared_bytes(head_dim) + TILE_M * head_dim * 2 + 1024
 }
 
 /// Whether a sequence of `rows` query rows is one short item (all its M rows fit one warp's 16).
@@ -232,22 +235,37 @@ pub(crate) struct TiledPointers<Q> {
 /// The contract's logit transform, folded for logits kept in log2 units (the softmax then takes
 /// `exp2` with no multiply): `x = raw * sm_scale`, soft capped `cap * tanh(x / cap)`, masked keys
 /// (when they count) `x + mask_value`; each times log2(e).
+///
+/// In the WG kernels (`fold`), without a soft cap and with a positive scale, the logits stay raw `q · k` and the scale goes
+/// into the softmax's exponent (`exp2(s * scale_log2 - max * scale_log2)`, one fma per weight):
+/// the max of raw logits is the max of scaled ones. `mask_add` is `mask_value` in the units the
+/// logits are kept in.
 struct LogitScale {
     scale_log2: f32,
     scale_over_cap: f32,
     cap_log2: f32,
-    mask_log2: f32,
+    /// Logits kept raw, scaled in the exponent.
+    raw: bool,
+    /// The softmax's exponent scale: `scale_log2` for raw logits, else 1.
+    exp_scale: f32,
+    mask_add: f32,
 }
 
 impl LogitScale {
-    fn new(p: &RpaParams) -> Self {
+    /// `fold`: keep logits raw where the contract allows (see above).
+    fn new(p: &RpaParams, fold: bool) -> Self {
         let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
+        let scale_log2 = p.sm_scale * LOG2_E;
+        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0;
+        // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
+        let mask_log2 = if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 };
         LogitScale {
-            scale_log2: p.sm_scale * LOG2_E,
+            scale_log2,
             scale_over_cap: p.sm_scale / cap,
             cap_log2: cap * LOG2_E,
-            // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
-            mask_log2: if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 },
+            raw,
+            exp_scale: if raw { scale_log2 } else { 1.0 },
+            mask_add: if raw { mask_log2 / scale_log2 } else { mask_log2 },
         }
     }
 }
@@ -273,8 +291,7 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let count = *ptr.plan;
     let fallback = *ptr.plan.add(1) != 0;
     // One item per block; with an invalid cu_q_lens (fallback), one row per item, owned as
-    // find_sequence says, in a grid-stride loop (block-uniform). One call site of `tile_item`
-    // keeps a single inlined copy of it.
+    // find_sequence says, in a grid-stride loop (block-uniform).
     let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
     let mut index = block_idx_x();
     loop {
@@ -294,6 +311,8 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
             (*item, *item.add(1), *item.add(2))
         };
+        // One call site keeps a single inlined copy. (Short items through the mma.sync path in
+        // the WG kernels, a second copy, made ptxas spill: benchmarks/NOTES.md "v4".)
         tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc);
         if !fallback {
             break;
@@ -376,18 +395,21 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         }
     };
 
+    // Q as mma.sync A fragments (the WG path reads Q from shared memory instead, below).
     let mut qa = [[0u32; 4]; KSTEPS];
-    unroll::<KSTEPS>(|k| {
-        let col = k * 16 + 2 * cq;
-        if let Some(row) = q_rows[0] {
-            qa[k][0] = *(row.add(col) as *const u32);
-            qa[k][2] = *(row.add(col + 8) as *const u32);
-        }
-        if let Some(row) = q_rows[1] {
-            qa[k][1] = *(row.add(col) as *const u32);
-            qa[k][3] = *(row.add(col + 8) as *const u32);
-        }
-    });
+    if !WG {
+        unroll::<KSTEPS>(|k| {
+            let col = k * 16 + 2 * cq;
+            if let Some(row) = q_rows[0] {
+                qa[k][0] = *(row.add(col) as *const u32);
+                qa[k][2] = *(row.add(col + 8) as *const u32);
+            }
+            if let Some(row) = q_rows[1] {
+                qa[k][1] = *(row.add(col) as *const u32);
+                qa[k][3] = *(row.add(col + 8) as *const u32);
+            }
+        });
+    }
 
     // The K/V pipeline (as the decode kernel's, 16-bit rows only).
     let row_bytes: u32 = D as u32 * 2;
@@ -405,39 +427,40 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let token_stride = 2 * p.num_kv_heads as usize * D * 2;
     let head_offset = 2 * g as usize * D * 2;
     let page_table = ptr.page_indices.add(seq as usize * p.pages_per_seq as usize);
-    let page_of = |j: u32| -> Option<(i32, u32)> {
+    // Page-table entry of key j, -1 past the keys the item visits. Entries are loaded a tile
+    // before their use (the copies of tile i + 2 and the present-key bits of tile i read entries
+    // loaded during tile i - 1), so no tile waits on a dependent global load.
+    let load_page = |j: u32| -> i32 {
         if j >= hi {
-            return None;
+            return -1;
         }
-        let (slot, in_page) = if p.page_size.is_power_of_two() {
-            (j >> p.page_size.trailing_zeros(), j & (p.page_size - 1))
-        } else {
-            (j / p.page_size, j % p.page_size)
-        };
-        let page = *page_table.add(slot as usize);
-        if page_is_valid(page, p.total_pages) {
-            Some((page, in_page))
-        } else {
-            None
-        }
+        let slot = if p.page_size.is_power_of_two() { j >> p.page_size.trailing_zeros() } else { j / p.page_size };
+        *page_table.add(slot as usize)
     };
+    let in_page = |j: u32| if p.page_size.is_power_of_two() { j & (p.page_size - 1) } else { j % p.page_size };
+    let on_pool = |page: i32| page_is_valid(page, p.total_pages);
+    // The entries of this thread's two copied tokens of tile i (one per pass of `issue`), and of
+    // this lane's two keys of the tile (for the present bits).
+    let copy_pages =
+        |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + tid / 4), load_page(lo + i * TILE_KEYS + 32 + tid / 4)] };
+    let lane_pages = |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + lane), load_page(lo + i * TILE_KEYS + 32 + lane)] };
     let quad = tid % 4;
     let hint = CopyHint {
         prefetch_256: p.copy_hint & 1 != 0,
         evict_first: if p.copy_hint & 2 != 0 { Some(evict_first_policy()) } else { None },
     };
-    // Tile i into stage i % TILE_STAGES: four threads per token, K then V rows, permuted chunks.
-    let issue = |i: u32| {
+    // Tile i into stage i % TILE_STAGES: four threads per token, K then V rows, permuted chunks;
+    // `pages` from `copy_pages(i)`.
+    let issue = |i: u32, pages: [i32; 2]| {
         let stage_base = smem_base + (i % TILE_STAGES) * stage_bytes;
         let tile_base = lo + i * TILE_KEYS;
         unroll::<2>(|pass| {
             let token = pass as u32 * tokens_per_pass + tid / 4;
-            let (src, valid) = match page_of(tile_base + token) {
-                Some((page, in_page)) => {
-                    let t = page as usize * p.page_size as usize + in_page as usize;
-                    (kv.add(t * token_stride + head_offset + quad as usize * 16), true)
-                }
-                None => (kv, false),
+            let (src, valid) = if on_pool(pages[pass]) {
+                let t = pages[pass] as usize * p.page_size as usize + in_page(tile_base + token) as usize;
+                (kv.add(t * token_stride + head_offset + quad as usize * 16), true)
+            } else {
+                (kv, false)
             };
             // Copy c writes chunk `4c + quad` of the token's K-then-V span: region (K or V)
             // `c / groups`, permuted column `(4 (c % groups) + quad) ^ (token % 8)`, which is
@@ -466,7 +489,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         commit_group();
     };
 
-    let logit = LogitScale::new(p);
+    let logit = LogitScale::new(p, WG);
     let mut o = [[0.0f32; 4]; NTILES];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0.0f32; 2];
@@ -485,13 +508,34 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let k_lane = k_token * row_bytes + ((k_half ^ (k_token & 7)) * 16);
     let v_lane = TILE_KEYS * row_bytes + v_token * row_bytes + ((v_half ^ (v_token & 7)) * 16);
 
+    // WG: the Q tile after the stages, laid out as K is (64-dim column blocks of 128-byte rows,
+    // swizzled), M row `mr` = (query row mr / group, head mr % group of g); rows past the item are
+    // zero-filled. Its copies join tile 0's commit group, so the first wait covers them.
+    let q_tile = smem_base + TILE_STAGES * stage_bytes;
+    if WG {
+        let no_hint = CopyHint { prefetch_256: false, evict_first: None };
+        let chunks = TILE_M * row_chunks;
+        let mut c = tid;
+        while c < chunks {
+            let (mr, chunk) = (c / row_chunks, c % row_chunks);
+            let r = mr / group;
+            let h = (g * group + mr % group) as usize;
+            let src = if r < rc { ptr.q.add(((r0 + r) as usize * nq + h) * D + chunk as usize * 8) } else { ptr.q };
+            let dst = q_tile + (chunk / 8) * TILE_M * 128 + wgmma::swizzled_128b_offset(mr, chunk % 8);
+            cp_async_16(dst, src as *const u8, r < rc, no_hint);
+            c += TILE_THREADS;
+        }
+    }
     for i in 0..TILE_STAGES - 1 {
         if i < num_tiles {
-            issue(i);
+            issue(i, copy_pages(i));
         } else {
             commit_group();
         }
     }
+    // Entries for the first copies inside the loop and the first tile's present bits.
+    let mut next_copy_pages = if WG { copy_pages(TILE_STAGES - 1) } else { [-1; 2] };
+    let mut next_lane_pages = if WG { lane_pages(0) } else { [-1; 2] };
     for i in 0..num_tiles {
         // Tile i has landed (TILE_STAGES - 2 later groups may still be in flight).
         wait_group::<{ TILE_STAGES - 2 }>();
@@ -500,22 +544,13 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             wgmma::fence_proxy_async_shared();
         }
         sync_threads();
-        if i + TILE_STAGES - 1 < num_tiles {
-            issue(i + TILE_STAGES - 1);
-        } else {
-            commit_group();
-        }
         let tile_base = lo + i * TILE_KEYS;
-        if !WG && (tile_base >= warp_hi || tile_base + TILE_KEYS <= warp_lo) {
-            continue; // none of the warp's rows sees this tile (warp-uniform)
-        }
         let stage = smem_base + (i % TILE_STAGES) * stage_bytes;
-        // Bit k: key tile_base + k is in range and on a valid page.
-        let present =
-            [warp_ballot(page_of(tile_base + lane).is_some()), warp_ballot(page_of(tile_base + 32 + lane).is_some())];
         // The warp's 16 rows against all 64 keys, one softmax step for the tile (eight
         // independent mma chains for S, one max and one rescale per 64 keys).
         let mut s = [[0.0f32; 4]; 8];
+        // WG: S = Q Kᵀ starts on the tensor cores now and runs while the warps issue the next
+        // copies and load page-table entries; the wait comes after.
         if WG {
             // The accumulators of m64n64 are the eight n-tiles' mma fragments, in order.
             let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
@@ -524,14 +559,36 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             wgmma::keep_accumulator(acc);
             wgmma::fence();
             unroll::<KSTEPS>(|k| {
-                // K-major B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
-                let at = stage + (k as u32 / 4) * TILE_KEYS * 128 + (k as u32 % 4) * 32;
+                // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
+                let step = (k as u32 % 4) * 32;
+                let at = stage + (k as u32 / 4) * TILE_KEYS * 128 + step;
                 let desc = wgmma::descriptor(at, 16, 8 * 128, wgmma::Swizzle::Bytes128);
-                wgmma::mma_m64n64k16_rs::<Q, 0>(acc, qa[k], desc, k > 0);
+                let q_at = q_tile + (k as u32 / 4) * TILE_M * 128 + step;
+                let q_desc = wgmma::descriptor(q_at, 16, 8 * 128, wgmma::Swizzle::Bytes128);
+                wgmma::mma_m64n64k16_ss::<Q, 0>(acc, q_desc, desc, k > 0);
             });
             wgmma::commit_group();
+        }
+        // The WG path loads page-table entries a tile ahead; the mma.sync path (at its register
+        // limit: prefetching made ptxas spill) when it uses them.
+        if i + TILE_STAGES - 1 < num_tiles {
+            issue(i + TILE_STAGES - 1, if WG { next_copy_pages } else { copy_pages(i + TILE_STAGES - 1) });
+        } else {
+            commit_group();
+        }
+        let this_lane_pages = if WG { next_lane_pages } else { lane_pages(i) };
+        if WG {
+            next_copy_pages = copy_pages(i + TILE_STAGES);
+            next_lane_pages = lane_pages(i + 1);
+        }
+        if !WG && (tile_base >= warp_hi || tile_base + TILE_KEYS <= warp_lo) {
+            continue; // none of the warp's rows sees this tile (warp-uniform)
+        }
+        // Bit k: key tile_base + k is in range and on a valid page.
+        let present = [warp_ballot(on_pool(this_lane_pages[0])), warp_ballot(on_pool(this_lane_pages[1]))];
+        if WG {
             wgmma::wait_group::<0>();
-            wgmma::keep_accumulator(acc);
+            wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
         } else {
             let k_stage = stage + k_lane;
             unroll::<KSTEPS>(|k| {
@@ -544,10 +601,10 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             });
         }
         // Element e of n-tile nt: M row lane/4 + 8*(e/2), key tile_base + nt*8 + 2*cq + e%2.
-        // Logits in log2 units (the softmax takes exp2 of them): scaled, soft capped.
+        // Logits raw, or in log2 units (scaled, soft capped): see `LogitScale`.
         if p.soft_cap != 0.0 {
             unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
-        } else {
+        } else if !logit.raw {
             unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
         }
         // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
@@ -565,7 +622,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
                     s[nt][e] = if counted && w.visible(j) {
                         s[nt][e]
                     } else if counted && include_masked && w.first < w.end && j < w.kv_len {
-                        s[nt][e] + logit.mask_log2
+                        s[nt][e] + logit.mask_add
                     } else {
                         f32::NEG_INFINITY
                     };
@@ -573,7 +630,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             });
         }
         let mut pa = [[0u32; 4]; 4];
-        online_softmax_steps::<Q, NTILES, 8, 4>(&s, 1.0, &mut m, &mut l, &mut o, &mut pa);
+        online_softmax_steps::<Q, NTILES, 8, 4>(&s, logit.exp_scale, &mut m, &mut l, &mut o, &mut pa);
         if WG {
             // V read transposed (MN-major B): 16 keys per k-step are 16 rows of 128 bytes; the
             // 64-dim column blocks are TILE_KEYS rows apart.

@@ -129,7 +129,8 @@ fn dtype_tag(dtype: DType) -> &'static str {
 /// Which attention kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
-    /// The fastest kernel that applies: pipelined, else tensor cores, else the general kernel.
+    /// The fastest kernel that applies: tiled (with wgmma on Hopper) for prefill and mixed
+    /// batches, else pipelined, else tensor cores, else the general kernel.
     #[default]
     Auto,
     /// The general (CUDA-core) kernel: every dtype and head_dim.
@@ -142,7 +143,8 @@ pub enum KernelChoice {
     /// where it does not apply.
     Tiled,
     /// The query-tiled kernel with warpgroup MMA (`wgmma`) for the tensor-core work: sm_90a image
-    /// only (a Hopper GPU); chosen only explicitly until it is measured against [`Self::Tiled`].
+    /// only (a Hopper GPU); what `Auto` takes where it would take [`Self::Tiled`] and the sm_90a
+    /// image is loaded.
     TiledWgmma,
 }
 
@@ -531,6 +533,11 @@ fn plan_launch(
 ) -> Result<LaunchPlan> {
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
+    if choice == KernelChoice::Auto && kernel == KernelChoice::Tiled && module.image.has_wgmma() {
+        // On Hopper the warpgroup-MMA tiles: 1.2x the mma.sync ones on pure prefill (H100,
+        // benchmarks/NOTES.md "v4").
+        kernel = KernelChoice::TiledWgmma;
+    }
     if kernel == KernelChoice::TiledWgmma {
         ensure!(
             module.image.has_wgmma(),
