@@ -109,3 +109,62 @@ pub fn tanh_fast(x: f32) -> f32 {
     let t = 1.0 - 2.0 * rcp_approx(e + 1.0);
     t.copysign(x)
 }
+
+/// Unsigned division of numerators below 2^31 by a divisor fixed for a kernel's run (a page
+/// size), as a multiply-high, an add and a shift instead of a division or a branch on the divisor
+/// being a power of two (Granlund and Montgomery, "Division by invariant integers using
+/// multiplication", 1994, figure 4.1, with its two shifts merged: `t + n` cannot overflow when
+/// `n < 2^31`).
+#[derive(Clone, Copy, Debug)]
+pub struct FastDiv {
+    divisor: u32,
+    magic: u32,
+    shift: u32,
+}
+
+impl FastDiv {
+    /// A divider by `divisor` (0 is treated as 1).
+    #[inline(always)]
+    pub fn new(divisor: u32) -> Self {
+        let divisor = divisor.max(1);
+        // l = ceil(log2(d)); m = floor(2^32 (2^l - d) / d) + 1, which fits in 32 bits.
+        let shift = 32 - (divisor - 1).leading_zeros();
+        let magic = (((1u64 << 32) * ((1u64 << shift) - divisor as u64)) / divisor as u64 + 1) as u32;
+        FastDiv { divisor, magic, shift }
+    }
+
+    /// `n / divisor` for `n < 2^31`.
+    #[inline(always)]
+    pub fn div(&self, n: u32) -> u32 {
+        let t = ((n as u64 * self.magic as u64) >> 32) as u32;
+        (t + n) >> self.shift
+    }
+
+    /// `(n / divisor, n % divisor)` for `n < 2^31`.
+    #[inline(always)]
+    pub fn div_rem(&self, n: u32) -> (u32, u32) {
+        let q = self.div(n);
+        (q, n - q * self.divisor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FastDiv;
+
+    #[test]
+    fn fast_div_matches_division_below_2_pow_31() {
+        let numerators = |d: u32| {
+            let mut v: [u32; 12] = [0, 1, d - 1, d, d + 1, 2 * d - 1, 12345, 1 << 20, (1 << 31) - 1, (1 << 31) - d, 0, 0];
+            v[10] = ((1u32 << 31) - 1) / d * d;
+            v[11] = v[10].saturating_sub(1);
+            v
+        };
+        for d in (1..=300).chain([511, 512, 513, 1000, 4096, 65535, 65536, 1 << 20, (1 << 31) - 1]) {
+            let f = FastDiv::new(d);
+            for n in numerators(d).into_iter().chain((0..2000).map(|i| i * 7919 % (1 << 31))) {
+                assert_eq!(f.div_rem(n), (n / d, n % d), "{n} / {d}");
+            }
+        }
+    }
+}

@@ -55,6 +55,15 @@ pub const fn descriptor(address: u32, leading_byte_offset: u32, stride_byte_offs
         | ((swizzle as u64) << 62)
 }
 
+/// The descriptor of the operand `bytes` further into shared memory than `desc`'s: its address
+/// field, in 16-byte units, plus `bytes / 16`, on the low 32 bits alone (the 14-bit field cannot
+/// carry out for an address inside the 228 KiB of shared memory), so a kernel computes one base
+/// descriptor per stage and adds constants per k-step.
+#[inline(always)]
+pub const fn advance(desc: u64, bytes: u32) -> u64 {
+    (desc & !0xffff_ffff) | ((desc as u32).wrapping_add(bytes >> 4)) as u64
+}
+
 /// Byte offset of 16-byte chunk `chunk` (0..8) of row `row` in a tile of 128-byte rows stored with
 /// the 128-byte swizzle (the tile's base 1024-byte aligned).
 pub const fn swizzled_128b_offset(row: u32, chunk: u32) -> u32 {
@@ -244,6 +253,7 @@ mod tests {
         assert_eq!((d >> 49) & 0x7, 0, "base offset");
         assert_eq!(d >> 62, 1, "128-byte swizzle");
         assert_eq!(descriptor(0x2_0420, 0, 0, Swizzle::None) - descriptor(0x2_0400, 0, 0, Swizzle::None), 2);
+        assert_eq!(advance(d, 0x1_0420), descriptor(0x3_0820, 8192, 1024, Swizzle::Bytes128));
     }
 
     #[test]

@@ -27,9 +27,9 @@
 //! (memory bound, they fill in behind), then zero-fill items.
 
 use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
-use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group, CopyHint};
+use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
-use crate::math::{tanh_fast, LOG2_E};
+use crate::math::{tanh_fast, FastDiv, LOG2_E};
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
@@ -430,14 +430,26 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     // Page-table entry of key j, -1 past the keys the item visits. Entries are loaded a tile
     // before their use (the copies of tile i + 2 and the present-key bits of tile i read entries
     // loaded during tile i - 1), so no tile waits on a dependent global load.
+    // WG: page slots by multiply-high (no branch on the page size being a power of two: each
+    // branch and reconvergence cost instructions in every lookup, four per tile and thread). The
+    // mma.sync path keeps the branch: the divider's registers made ptxas spill it on sm_80.
+    let pages = FastDiv::new(p.page_size);
+    let slot_of = |j: u32| -> (u32, u32) {
+        if WG {
+            pages.div_rem(j)
+        } else if p.page_size.is_power_of_two() {
+            (j >> p.page_size.trailing_zeros(), j & (p.page_size - 1))
+        } else {
+            (j / p.page_size, j % p.page_size)
+        }
+    };
     let load_page = |j: u32| -> i32 {
         if j >= hi {
             return -1;
         }
-        let slot = if p.page_size.is_power_of_two() { j >> p.page_size.trailing_zeros() } else { j / p.page_size };
-        *page_table.add(slot as usize)
+        *page_table.add(slot_of(j).0 as usize)
     };
-    let in_page = |j: u32| if p.page_size.is_power_of_two() { j & (p.page_size - 1) } else { j % p.page_size };
+    let in_page = |j: u32| slot_of(j).1;
     let on_pool = |page: i32| page_is_valid(page, p.total_pages);
     // The entries of this thread's two copied tokens of tile i (one per pass of `issue`), and of
     // this lane's two keys of the tile (for the present bits).
@@ -445,10 +457,10 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + tid / 4), load_page(lo + i * TILE_KEYS + 32 + tid / 4)] };
     let lane_pages = |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + lane), load_page(lo + i * TILE_KEYS + 32 + lane)] };
     let quad = tid % 4;
-    let hint = CopyHint {
-        prefetch_256: p.copy_hint & 1 != 0,
-        evict_first: if p.copy_hint & 2 != 0 { Some(evict_first_policy()) } else { None },
-    };
+    // A fixed L2 hint (`RpaParams::copy_hint` tunes the decode kernels): a runtime choice made
+    // ptxas emit every copy four ways behind branches. K/V tiles are read again by the sequence's
+    // other query tiles, so no evict-first policy.
+    let hint = CopyHint { prefetch_256: true, evict_first: None };
     // Tile i into stage i % TILE_STAGES: four threads per token, K then V rows, permuted chunks;
     // `pages` from `copy_pages(i)`.
     let issue = |i: u32, pages: [i32; 2]| {
@@ -512,6 +524,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     // swizzled), M row `mr` = (query row mr / group, head mr % group of g); rows past the item are
     // zero-filled. Its copies join tile 0's commit group, so the first wait covers them.
     let q_tile = smem_base + TILE_STAGES * stage_bytes;
+    let q_desc0 = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
     if WG {
         let no_hint = CopyHint { prefetch_256: false, evict_first: None };
         let chunks = TILE_M * row_chunks;
@@ -558,13 +571,13 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             // write a wgmma depends on ordered before `wgmma.fence`).
             wgmma::keep_accumulator(acc);
             wgmma::fence();
+            // One descriptor per stage, constants added per k-step (K-major A and B: k-steps of 16
+            // dims are 32 bytes apart inside a 64-dim block).
+            let k_desc = wgmma::descriptor(stage, 16, 8 * 128, wgmma::Swizzle::Bytes128);
             unroll::<KSTEPS>(|k| {
-                // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
                 let step = (k as u32 % 4) * 32;
-                let at = stage + (k as u32 / 4) * TILE_KEYS * 128 + step;
-                let desc = wgmma::descriptor(at, 16, 8 * 128, wgmma::Swizzle::Bytes128);
-                let q_at = q_tile + (k as u32 / 4) * TILE_M * 128 + step;
-                let q_desc = wgmma::descriptor(q_at, 16, 8 * 128, wgmma::Swizzle::Bytes128);
+                let desc = wgmma::advance(k_desc, (k as u32 / 4) * TILE_KEYS * 128 + step);
+                let q_desc = wgmma::advance(q_desc0, (k as u32 / 4) * TILE_M * 128 + step);
                 wgmma::mma_m64n64k16_ss::<Q, 0>(acc, q_desc, desc, k > 0);
             });
             wgmma::commit_group();
@@ -634,10 +647,8 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         if WG {
             // V read transposed (MN-major B): 16 keys per k-step are 16 rows of 128 bytes; the
             // 64-dim column blocks are TILE_KEYS rows apart.
-            let v_region = stage + TILE_KEYS * row_bytes;
-            let desc = |ks: usize| {
-                wgmma::descriptor(v_region + ks as u32 * 16 * 128, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128)
-            };
+            let v_desc = wgmma::descriptor(stage + TILE_KEYS * row_bytes, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
+            let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
             if D == 128 {
                 let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);
                 // The softmax's rescale of O lands before the fence.
