@@ -522,6 +522,21 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
     })
 }
 
+/// Query rows per sequence slot from which Auto takes the warpgroup-MMA tiles on Hopper.
+const WGMMA_MIN_ROWS_PER_SEQUENCE: u64 = 64;
+
+/// Whether Auto takes the warpgroup-MMA tile kernel (on the sm_90a image) rather than the
+/// mma.sync one, from the static shapes. On an H100 (benchmarks/NOTES.md "v4b") the wgmma tiles
+/// ran pure prefill 1.16-1.29x as fast, but mixed batches 11-13 % slower: their decode rows are
+/// short items, which the mma.sync kernel computes on one warp and the wgmma kernel on the whole
+/// warpgroup. A call's static shapes allow at most `max_num_seqs` short items; with at least
+/// [`WGMMA_MIN_ROWS_PER_SEQUENCE`] query rows per sequence slot the call is prefill-shaped (the
+/// peers' prefill cases: 256 to 32768 rows per slot; the mixes: 9), with fewer it may be mostly
+/// decode rows, as in a serving engine's steps (max_num_seqs 256 over 8192 tokens: 32).
+pub fn wgmma_tiles_preferred(spec: &PagedAttention) -> bool {
+    spec.max_tokens as u64 >= WGMMA_MIN_ROWS_PER_SEQUENCE * spec.max_num_seqs.max(1) as u64
+}
+
 /// Decides the launch. `limit`: the bytes of a caller-given workspace (`None`: memory is
 /// allocated to fit); splits shrink to fit it, and an Auto-chosen tiled kernel whose plan does not
 /// fit gives way to the next kernel.
@@ -533,9 +548,11 @@ fn plan_launch(
 ) -> Result<LaunchPlan> {
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
-    if choice == KernelChoice::Auto && kernel == KernelChoice::Tiled && module.image.has_wgmma() {
-        // On Hopper the warpgroup-MMA tiles: 1.2x the mma.sync ones on pure prefill (H100,
-        // benchmarks/NOTES.md "v4").
+    if choice == KernelChoice::Auto
+        && kernel == KernelChoice::Tiled
+        && module.image.has_wgmma()
+        && wgmma_tiles_preferred(spec)
+    {
         kernel = KernelChoice::TiledWgmma;
     }
     if kernel == KernelChoice::TiledWgmma {
@@ -834,6 +851,31 @@ mod tests {
             assert!(err.contains(&format!("{var}=\"{bad}\": expected a whole number from 1 to 64")), "{err}");
         }
         std::env::remove_var(var);
+    }
+
+    #[test]
+    fn wgmma_tiles_for_prefill_shaped_calls_only() {
+        let spec = |max_tokens, max_num_seqs| PagedAttention {
+            q_dtype: DType::BF16,
+            kv_dtype: DType::BF16,
+            max_tokens,
+            num_q_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            total_pages: 4096,
+            page_size: 16,
+            max_num_seqs,
+            pages_per_seq: 512,
+            attrs: crate::ops::paged_attention::Attributes::default(),
+        };
+        // The peers' prefill cases: 1 x 2k, 4 x 1k, chunked 8 x 512.
+        assert!(wgmma_tiles_preferred(&spec(2048, 1)));
+        assert!(wgmma_tiles_preferred(&spec(4096, 4)));
+        assert!(wgmma_tiles_preferred(&spec(4096, 8)));
+        // The mixes (4 x 256 + 124 decode rows; 16 x 128 + 240) and a serving engine's steps.
+        assert!(!wgmma_tiles_preferred(&spec(1148, 128)));
+        assert!(!wgmma_tiles_preferred(&spec(2288, 256)));
+        assert!(!wgmma_tiles_preferred(&spec(8192, 256)));
     }
 
     #[test]
