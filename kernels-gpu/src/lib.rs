@@ -6,7 +6,7 @@
 //! mechanical. The crate also compiles for the host: device-only functions then panic, and the
 //! target-independent parts ([`num`], [`attention`]) are shared with the CPU implementation.
 #![no_std]
-#![feature(f16)]
+#![feature(f16, stmt_expr_attributes)]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(

@@ -155,7 +155,8 @@ mod tests {
     #[test]
     fn fast_div_matches_division_below_2_pow_31() {
         let numerators = |d: u32| {
-            let mut v: [u32; 12] = [0, 1, d - 1, d, d + 1, 2 * d - 1, 12345, 1 << 20, (1 << 31) - 1, (1 << 31) - d, 0, 0];
+            let mut v: [u32; 12] =
+                [0, 1, d - 1, d, d + 1, 2 * d - 1, 12345, 1 << 20, (1 << 31) - 1, (1 << 31) - d, 0, 0];
             v[10] = ((1u32 << 31) - 1) / d * d;
             v[11] = v[10].saturating_sub(1);
             v

@@ -27,6 +27,7 @@
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group, CopyHint};
 use crate::fp8::Fp8;
+use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
@@ -149,17 +150,6 @@ fn widen16_fp8<Q: MmaElement, KV: Fp8>(raw: [u32; 4]) -> [u32; 8] {
     out
 }
 
-/// `(page slot in the page table, token slot in the page)` of key `j`: a shift for power-of-two
-/// page sizes (the common case), a division otherwise.
-#[inline(always)]
-fn page_and_slot(j: u32, page_size: u32) -> (u32, u32) {
-    if page_size.is_power_of_two() {
-        (j >> page_size.trailing_zeros(), j & (page_size - 1))
-    } else {
-        (j / page_size, j % page_size)
-    }
-}
-
 #[inline(always)]
 unsafe fn rpa_pipelined<
     Q: MmaElement,
@@ -225,11 +215,12 @@ unsafe fn rpa_pipelined<
     let token_stride = 2 * p.num_kv_heads as usize * D * kv_bytes as usize; // bytes per token of the pool
     let head_offset = 2 * blk.g as usize * D * kv_bytes as usize;
     // Page-table entry of key j, when j is inside the split and its page inside the pool.
+    let pages = FastDiv::new(p.page_size);
     let page_of = |j: u32| -> Option<(i32, u32)> {
         if j >= split_hi {
             return None;
         }
-        let (slot, in_page) = page_and_slot(j, p.page_size);
+        let (slot, in_page) = pages.div_rem(j);
         let page = *blk.page_table.add(slot as usize);
         if page_is_valid(page, p.total_pages) {
             Some((page, in_page))
@@ -244,11 +235,9 @@ unsafe fn rpa_pipelined<
     // thread resolves one page-table entry per 32 tokens. 16-bit rows are stored permuted for
     // ldmatrix; 1-byte rows as they are.
     let quad = tid % 4;
-    let hint = CopyHint {
-        prefetch_256: p.copy_hint & 1 != 0,
-        evict_first: if p.copy_hint & 2 != 0 { Some(evict_first_policy()) } else { None },
-    };
-    let issue = |i: u32| {
+    // Inlined at each of its four call sites below (a closure called four times became a call).
+    let issue_with = #[inline(always)]
+    |i: u32, hint: CopyHint| {
         let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
         let tile_base = split_lo + i * tile;
         unroll::<2>(|pass| {
@@ -275,6 +264,17 @@ unsafe fn rpa_pipelined<
             });
         });
         commit_group();
+    };
+    // The L2 hint (`RpaParams::copy_hint`) is chosen once per tile and each arm's copies are
+    // compiled with a constant hint: a hint decided per copy made ptxas emit every copy four ways
+    // behind branches (seen in the tile kernel's SASS, benchmarks/NOTES.md "v4").
+    let evict_first = if p.copy_hint & 2 != 0 { evict_first_policy() } else { 0 };
+    let issue = #[inline(always)]
+    |i: u32| match p.copy_hint & 3 {
+        1 => issue_with(i, CopyHint { prefetch_256: true, evict_first: None }),
+        0 => issue_with(i, CopyHint { prefetch_256: false, evict_first: None }),
+        2 => issue_with(i, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }),
+        _ => issue_with(i, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }),
     };
 
     let mut o = [[0.0f32; 4]; NTILES];

@@ -453,9 +453,11 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let on_pool = |page: i32| page_is_valid(page, p.total_pages);
     // The entries of this thread's two copied tokens of tile i (one per pass of `issue`), and of
     // this lane's two keys of the tile (for the present bits).
-    let copy_pages =
-        |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + tid / 4), load_page(lo + i * TILE_KEYS + 32 + tid / 4)] };
-    let lane_pages = |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + lane), load_page(lo + i * TILE_KEYS + 32 + lane)] };
+    let copy_pages = |i: u32| -> [i32; 2] {
+        [load_page(lo + i * TILE_KEYS + tid / 4), load_page(lo + i * TILE_KEYS + 32 + tid / 4)]
+    };
+    let lane_pages =
+        |i: u32| -> [i32; 2] { [load_page(lo + i * TILE_KEYS + lane), load_page(lo + i * TILE_KEYS + 32 + lane)] };
     let quad = tid % 4;
     // A fixed L2 hint (`RpaParams::copy_hint` tunes the decode kernels): a runtime choice made
     // ptxas emit every copy four ways behind branches. K/V tiles are read again by the sequence's
@@ -647,7 +649,8 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         if WG {
             // V read transposed (MN-major B): 16 keys per k-step are 16 rows of 128 bytes; the
             // 64-dim column blocks are TILE_KEYS rows apart.
-            let v_desc = wgmma::descriptor(stage + TILE_KEYS * row_bytes, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
+            let v_desc =
+                wgmma::descriptor(stage + TILE_KEYS * row_bytes, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
             let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
             if D == 128 {
                 let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);

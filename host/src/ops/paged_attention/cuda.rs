@@ -97,8 +97,7 @@ pub fn choose_splits_by_waves(
             let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
             let splits = max_keys.div_ceil(split_len);
             let waves = (blocks_per_split * splits as u64).div_ceil(slots);
-            let merge =
-                if splits > 1 { merge_cost_keys as u64 + MERGE_COST_PER_SPLIT_KEYS * splits as u64 } else { 0 };
+            let merge = if splits > 1 { merge_cost_keys as u64 + MERGE_COST_PER_SPLIT_KEYS * splits as u64 } else { 0 };
             (waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge, splits, split_len)
         })
         .collect();
