@@ -21,6 +21,8 @@
 //!   tiles its own rows cannot see. Per tile a warp computes S for its 16 rows and all 64 keys
 //!   (eight independent mma chains), one online-softmax step in log2 units, and `O += P V`; masks
 //!   apply only to tiles that are not wholly visible to the warp's rows.
+//! - `rpa_tile_wg_<q>_<kv>_d<D>` (sm_90a image): the same items with warpgroup MMA (`WG`, see
+//!   `tile_item`); the host takes it for prefill-shaped calls on Hopper.
 //!
 //! Order: tile items first, each sequence's last tile first (a causal sequence's last tiles see
 //! the most keys; starting them first keeps them off the tail of the grid), then short items
@@ -325,10 +327,14 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
 /// heads of KV head `blockIdx.y`. Block-uniform; ends with a barrier, so a block may run another.
 ///
 /// `WG` (sm_90a image only): the block's four warps are one warpgroup and the tensor-core work is
-/// `wgmma` ([`crate::wgmma`]): S = Q Kᵀ for all 64 M rows with Q from registers and K read from
-/// shared memory, then O += P V with V read transposed; the stages hold K and V in the 128-byte
-/// swizzle (64-dim column blocks of 128-byte rows) instead of the `ldmatrix` permutation, and every
-/// warp takes part in every tile (no per-warp skip: a `wgmma` needs the whole warpgroup).
+/// `wgmma` ([`crate::wgmma`]): S = Q Kᵀ for all 64 M rows with Q and K read from shared memory,
+/// then O += P V with P from registers and V read transposed; the stages and the Q tile hold their
+/// rows in the 128-byte swizzle (64-dim column blocks of 128-byte rows) instead of the `ldmatrix`
+/// permutation, and every warp takes part in every tile (no per-warp skip: a `wgmma` needs the
+/// whole warpgroup). Per tile, S is issued before the next tile's copies (the tensor cores work
+/// while the warps issue them), page-table entries are loaded a tile before their use, and without
+/// a soft cap the logits stay raw with the scale folded into the softmax's exponent
+/// (`LogitScale`).
 #[inline(always)]
 unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
     ptr: &TiledPointers<Q>,
