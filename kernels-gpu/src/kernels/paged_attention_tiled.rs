@@ -38,7 +38,7 @@ use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, grid_dim_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention_mma::{online_softmax_steps, online_softmax_weights, quad_sum};
+use super::paged_attention_mma::{online_softmax_steps, quad_sum};
 use super::unroll;
 use crate::wgmma;
 
@@ -555,44 +555,9 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         }
     }
     // Entries for the first copies inside the loop and the first tile's present bits.
-    // WG: O += P V for the tile in `stage` (V read transposed, MN-major B: 16 keys per k-step are
-    // 16 rows of 128 bytes; the 64-dim column blocks are TILE_KEYS rows apart), issued and
-    // committed as one wgmma group, not waited for.
-    let pv_wgmma = |o: &mut [[f32; 4]; NTILES], pa: [[u32; 4]; 4], stage: u32| {
-        let v_desc =
-            wgmma::descriptor(stage + TILE_KEYS * row_bytes, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
-        let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
-        if D == 128 {
-            let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);
-            // The softmax's rescale of O lands before the fence.
-            wgmma::keep_accumulator(acc);
-            wgmma::fence();
-            unroll::<4>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
-        } else {
-            let acc = &mut *(o.as_mut_ptr() as *mut [f32; 32]);
-            wgmma::keep_accumulator(acc);
-            wgmma::fence();
-            unroll::<4>(|ks| wgmma::mma_m64n64k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
-        }
-        wgmma::commit_group();
-    };
-    // After a wait: O's registers hold the finished products.
-    let keep_o = |o: &mut [[f32; 4]; NTILES]| {
-        if D == 128 {
-            wgmma::keep_accumulator(&mut *(o.as_mut_ptr() as *mut [f32; 64]));
-        } else {
-            wgmma::keep_accumulator(&mut *(o.as_mut_ptr() as *mut [f32; 32]));
-        }
-    };
-    // WG: P of the previous tile, the A operand of its O += P V, which runs on the tensor cores
-    // while this tile's softmax runs on the warps.
-    let mut pa = [[0u32; 4]; 4];
-    // One tile (`first`: tile 0, whose S has no P V of an earlier tile beside it). The first tile
-    // is peeled off the loop so that inside it every tile issues S and the previous P V
-    // unconditionally: with the P V behind a branch ptxas could not tell which wgmma group a
-    // `wait_group 1` retires and serialized them all.
-    let mut tile = #[inline(always)]
-    |i: u32, first: bool| {
+    let mut next_copy_pages = if WG { copy_pages(TILE_STAGES - 1) } else { [-1; 2] };
+    let mut next_lane_pages = if WG { lane_pages(0) } else { [-1; 2] };
+    for i in 0..num_tiles {
         // Tile i has landed (TILE_STAGES - 2 later groups may still be in flight).
         wait_group::<{ TILE_STAGES - 2 }>();
         if WG {
@@ -624,38 +589,26 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
                 wgmma::mma_m64n64k16_ss::<Q, 0>(acc, q_desc, desc, k > 0);
             });
             wgmma::commit_group();
-            // Then O += P V of the previous tile, behind S in the tensor pipe: the softmax below
-            // runs while it does (S is waited for alone).
-            if !first {
-                pv_wgmma(&mut o, pa, smem_base + ((i - 1) % TILE_STAGES) * stage_bytes);
-            }
-        }
-        // The mma.sync path issues the copies of tile i + 2 now; the WG path at the end of the
-        // tile, once the P V reading the stage they overwrite is done.
-        if !WG {
-            if i + TILE_STAGES - 1 < num_tiles {
-                issue(i + TILE_STAGES - 1, copy_pages(i + TILE_STAGES - 1));
-            } else {
-                commit_group();
-            }
         }
         // The WG path loads page-table entries a tile ahead; the mma.sync path (at its register
         // limit: prefetching made ptxas spill) when it uses them.
-        let this_lane_pages = lane_pages(i);
-        // WG: the entries of the copies at the tile's end, loaded now.
-        let this_copy_pages = if WG { copy_pages(i + TILE_STAGES - 1) } else { [-1; 2] };
+        if i + TILE_STAGES - 1 < num_tiles {
+            issue(i + TILE_STAGES - 1, if WG { next_copy_pages } else { copy_pages(i + TILE_STAGES - 1) });
+        } else {
+            commit_group();
+        }
+        let this_lane_pages = if WG { next_lane_pages } else { lane_pages(i) };
+        if WG {
+            next_copy_pages = copy_pages(i + TILE_STAGES);
+            next_lane_pages = lane_pages(i + 1);
+        }
         if !WG && (tile_base >= warp_hi || tile_base + TILE_KEYS <= warp_lo) {
-            return; // none of the warp's rows sees this tile (warp-uniform)
+            continue; // none of the warp's rows sees this tile (warp-uniform)
         }
         // Bit k: key tile_base + k is in range and on a valid page.
         let present = [warp_ballot(on_pool(this_lane_pages[0])), warp_ballot(on_pool(this_lane_pages[1]))];
         if WG {
-            // S done; the previous tile's P V may still run.
-            if !first {
-                wgmma::wait_group::<1>();
-            } else {
-                wgmma::wait_group::<0>();
-            }
+            wgmma::wait_group::<0>();
             wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
         } else {
             let k_stage = stage + k_lane;
@@ -697,25 +650,33 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
                 })
             });
         }
+        let mut pa = [[0u32; 4]; 4];
+        online_softmax_steps::<Q, NTILES, 8, 4>(&s, logit.exp_scale, &mut m, &mut l, &mut o, &mut pa);
         if WG {
-            let mut pa_next = [[0u32; 4]; 4];
-            let rescale = online_softmax_weights::<Q, 8, 4>(&s, logit.exp_scale, &mut m, &mut l, &mut pa_next);
-            // The previous tile's P V has finished writing O (and reading its stage and P).
-            wgmma::wait_group::<0>();
-            keep_o(&mut o);
-            wgmma::keep_fragments(&mut pa);
-            rescale.apply(&mut o);
-            pa = pa_next;
-            // Every warp's P V of tile i - 1 is done: its stage takes the copies of tile i + 2.
-            sync_threads();
-            if i + TILE_STAGES - 1 < num_tiles {
-                issue(i + TILE_STAGES - 1, this_copy_pages);
+            // V read transposed (MN-major B): 16 keys per k-step are 16 rows of 128 bytes; the
+            // 64-dim column blocks are TILE_KEYS rows apart.
+            let v_desc =
+                wgmma::descriptor(stage + TILE_KEYS * row_bytes, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
+            let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
+            if D == 128 {
+                let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);
+                // The softmax's rescale of O lands before the fence.
+                wgmma::keep_accumulator(acc);
+                wgmma::fence();
+                unroll::<4>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
+                wgmma::commit_group();
+                wgmma::wait_group::<0>();
+                wgmma::keep_accumulator(acc);
             } else {
-                commit_group();
+                let acc = &mut *(o.as_mut_ptr() as *mut [f32; 32]);
+                wgmma::keep_accumulator(acc);
+                wgmma::fence();
+                unroll::<4>(|ks| wgmma::mma_m64n64k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
+                wgmma::commit_group();
+                wgmma::wait_group::<0>();
+                wgmma::keep_accumulator(acc);
             }
         } else {
-            let mut pa = [[0u32; 4]; 4];
-            online_softmax_steps::<Q, NTILES, 8, 4>(&s, logit.exp_scale, &mut m, &mut l, &mut o, &mut pa);
             let v_stage = stage + v_lane;
             unroll::<4>(|ks| {
                 unroll::<NTILES>(|nt| {
@@ -727,19 +688,6 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
                 });
             });
         }
-    };
-    if num_tiles > 0 {
-        tile(0, true);
-    }
-    for i in 1..num_tiles {
-        tile(i, false);
-    }
-    // WG: the last tile's O += P V.
-    if WG && num_tiles > 0 {
-        pv_wgmma(&mut o, pa, smem_base + ((num_tiles - 1) % TILE_STAGES) * stage_bytes);
-        wgmma::wait_group::<0>();
-        keep_o(&mut o);
-        wgmma::keep_fragments(&mut pa);
     }
     // Every copy has landed and every warp is done with the stages (the next item of a fallback
     // block refills them).
