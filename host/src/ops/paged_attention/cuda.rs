@@ -77,8 +77,8 @@ pub const DEFAULT_MIN_SPLIT_TILES: u32 = 1;
 ///
 /// Model: every block streams its split at the same rate, so a grid run in waves of `slots`
 /// resident blocks takes ~ waves × (split length + a block's fixed cost), plus the merge (a fixed
-/// cost and one per split) when there is more than one split. Among split counts within [`SPLIT_COST_SLACK_PERCENT`] of the
-/// cheapest, the most splits win: the model assumes every sequence is as long as the page table
+/// cost and one per split) when there is more than one split. Among split counts within
+/// [`SPLIT_COST_SLACK_PERCENT`] of the cheapest, the most splits win: the model assumes every sequence is as long as the page table
 /// allows, and shorter splits balance real batches of uneven lengths (a split past a sequence's
 /// end exits at once). Splits are whole pipeline tiles, at least `min_split_tiles` of them.
 pub fn choose_splits_by_waves(
@@ -128,8 +128,9 @@ fn dtype_tag(dtype: DType) -> &'static str {
 /// Which attention kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
-    /// The fastest kernel that applies: tiled (with wgmma on Hopper) for prefill and mixed
-    /// batches, else pipelined, else tensor cores, else the general kernel.
+    /// The fastest kernel that applies: tiled for prefill and mixed batches (with wgmma on
+    /// Hopper where the call is prefill-shaped, [`wgmma_tiles_preferred`]), else pipelined, else
+    /// tensor cores, else the general kernel.
     #[default]
     Auto,
     /// The general (CUDA-core) kernel: every dtype and head_dim.
@@ -142,8 +143,8 @@ pub enum KernelChoice {
     /// where it does not apply.
     Tiled,
     /// The query-tiled kernel with warpgroup MMA (`wgmma`) for the tensor-core work: sm_90a image
-    /// only (a Hopper GPU); what `Auto` takes where it would take [`Self::Tiled`] and the sm_90a
-    /// image is loaded.
+    /// only (a Hopper GPU); what `Auto` takes where it would take [`Self::Tiled`], the sm_90a
+    /// image is loaded and the call is prefill-shaped ([`wgmma_tiles_preferred`]).
     TiledWgmma,
 }
 
