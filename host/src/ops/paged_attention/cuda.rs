@@ -129,7 +129,7 @@ fn dtype_tag(dtype: DType) -> &'static str {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
     /// The fastest kernel that applies: tiled for prefill and mixed batches (with wgmma on
-    /// Hopper where the call is prefill-shaped, [`wgmma_tiles_preferred`]), else pipelined, else
+    /// Hopper where the call is prefill-shaped, `wgmma_tiles_preferred`), else pipelined, else
     /// tensor cores, else the general kernel.
     #[default]
     Auto,
@@ -144,7 +144,7 @@ pub enum KernelChoice {
     Tiled,
     /// The query-tiled kernel with warpgroup MMA (`wgmma`) for the tensor-core work: sm_90a image
     /// only (a Hopper GPU); what `Auto` takes where it would take [`Self::Tiled`], the sm_90a
-    /// image is loaded and the call is prefill-shaped ([`wgmma_tiles_preferred`]).
+    /// image is loaded and the call is prefill-shaped (`wgmma_tiles_preferred`).
     TiledWgmma,
 }
 
