@@ -238,10 +238,11 @@ pub(crate) struct TiledPointers<Q> {
 /// `exp2` with no multiply): `x = raw * sm_scale`, soft capped `cap * tanh(x / cap)`, masked keys
 /// (when they count) `x + mask_value`; each times log2(e).
 ///
-/// In the WG kernels (`fold`), without a soft cap and with a positive scale, the logits stay raw `q · k` and the scale goes
-/// into the softmax's exponent (`exp2(s * scale_log2 - max * scale_log2)`, one fma per weight):
-/// the max of raw logits is the max of scaled ones. `mask_add` is `mask_value` in the units the
-/// logits are kept in.
+/// In the WG kernels (`fold`), without a soft cap and with a positive scale, the logits stay raw
+/// `q · k` and the scale goes into the softmax's exponent (`exp2(s * scale_log2 - max *
+/// scale_log2)`, one fma per weight): the max of raw logits is the max of scaled ones. `mask_add`
+/// is `mask_value` in the units the logits are kept in (raw only where that stays finite: a tiny
+/// scale could push `mask_value / sm_scale` past f32).
 struct LogitScale {
     scale_log2: f32,
     scale_over_cap: f32,
@@ -258,9 +259,9 @@ impl LogitScale {
     fn new(p: &RpaParams, fold: bool) -> Self {
         let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
         let scale_log2 = p.sm_scale * LOG2_E;
-        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0;
         // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
         let mask_log2 = if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 };
+        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0 && (mask_log2 / scale_log2).is_finite();
         LogitScale {
             scale_log2,
             scale_over_cap: p.sm_scale / cap,
