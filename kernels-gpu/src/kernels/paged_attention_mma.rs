@@ -159,14 +159,20 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
         let mut part = [f32::NEG_INFINITY; KN];
         unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
         let local = tree_fold::<KN>(&mut part, max_f32);
-        let m_new = max_f32(m[ri], quad_max(local));
+        let m_max = max_f32(m[ri], quad_max(local));
+        // The running reference moves only when the max rose by more than `RESCALE_THRESHOLD_LOG2`
+        // in exp2 units (the first finite max always: -inf to finite is +inf). Weights then stay
+        // at most 2^8: no overflow, the same relative rounding, and O and l keep one reference, so
+        // the final O / l is unchanged; the rescale below is skipped on almost every tile once a
+        // row has seen its first keys, where an exact max moves on most tiles of a 16-row warp.
+        let m_new = if (m_max - m[ri]) * exp_scale > RESCALE_THRESHOLD_LOG2 { m_max } else { m[ri] };
         // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
         let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
         // Weights exp2(s * exp_scale - m_ref * exp_scale): one fma each.
         let neg_ref = -m_ref * exp_scale;
         let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
-        // Once the running max settles, most steps change no row's max: skip the rescale of the
-        // accumulators then (a warp-uniform branch; rows whose max did not move have corr = 1).
+        // Skip the rescale unless some row of the warp moved its reference (a warp-uniform branch;
+        // rows that kept theirs have corr = 1).
         if warp_any(m_new != m[ri]) {
             l[ri] *= corr;
             unroll::<NTILES>(|nt| {
@@ -185,6 +191,10 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
         l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
     });
 }
+
+/// How far (in exp2 units) a row's max may rise above the softmax's running reference before the
+/// accumulators are rescaled to it: weights are then at most 2^8 (FlashAttention 4's lazy rescale).
+const RESCALE_THRESHOLD_LOG2: f32 = 8.0;
 
 /// `v[0] op v[1] op ...` as a balanced tree (`N` a power of two; `v` is scratch).
 #[inline(always)]
