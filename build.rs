@@ -207,6 +207,31 @@ fn build_image(image: &Image, kernels_dir: &Path, out_dir: &Path, llvm_bin: &Pat
     if !text.contains(".entry") {
         return Err(format!("{} has no kernel entry points", ptx.display()));
     }
+    apply_launch_bounds(&text).map_err(|e| format!("{}: {e}", ptx.display()))
+}
+
+/// Turns each `__xgk_maxntid_<name> = N` marker global (from `#[kernel(max_threads = N)]`) into a
+/// `.maxntid N, 1, 1` directive on the entry `<name>`, between its parameter list and its body.
+fn apply_launch_bounds(ptx: &str) -> Result<String, String> {
+    const MARKER: &str = "__xgk_maxntid_";
+    let mut text = ptx.to_string();
+    let markers: Vec<(String, u32)> = ptx
+        .lines()
+        .filter(|line| line.contains(".global") && line.contains(MARKER))
+        .map(|line| {
+            let rest = &line[line.find(MARKER).unwrap() + MARKER.len()..];
+            let (name, value) = rest.split_once('=').ok_or_else(|| format!("unexpected marker line {line:?}"))?;
+            let value = value.trim().trim_end_matches(';').trim();
+            let n = value.parse::<u32>().map_err(|_| format!("marker {line:?}: {value:?} is not a thread count"))?;
+            Ok((name.trim().to_string(), n))
+        })
+        .collect::<Result<_, String>>()?;
+    for (name, n) in markers {
+        let header = format!(".entry {name}(");
+        let start = text.find(&header).ok_or_else(|| format!("launch bound for {name}, which is no entry"))?;
+        let body = start + text[start..].find("\n{").ok_or_else(|| format!("entry {name} has no body"))?;
+        text.insert_str(body, &format!("\n.maxntid {n}, 1, 1"));
+    }
     Ok(text)
 }
 

@@ -23,6 +23,7 @@
 pub use kernels_gpu_macros::kernel;
 
 pub mod attention;
+pub mod barrier;
 pub mod copy;
 pub mod fp8;
 pub mod grid_dependency;
@@ -33,6 +34,7 @@ pub mod num;
 pub mod shared;
 pub mod thread;
 pub mod warp;
+pub mod warpgroup;
 pub mod wgmma;
 
 /// A device-side panic (index out of bounds, explicit `panic!`) aborts the kernel with `trap`,

@@ -9,6 +9,12 @@
 //! Expansion: on `target_arch = "nvptx64"` the function becomes `#[no_mangle] extern "gpu-kernel"`,
 //! so it is exported from the PTX under its own name. On any other target it stays an ordinary
 //! `unsafe fn`, so the crate (and its unit tests) still compile for the host, as with cuda_std.
+//!
+//! `#[kernel(max_threads = N)]` declares the most threads a block of the kernel is launched with
+//! (CUDA's `__launch_bounds__(N)`): the PTX then carries `.maxntid N, 1, 1`, so ptxas keeps the
+//! registers per thread within what `N` threads may hold. rustc has no attribute for it; the
+//! macro exports a marker `u32` global `__xgk_maxntid_<name> = N`, which the root `build.rs`
+//! turns into the directive on the entry `<name>`.
 
 use proc_macro::TokenStream;
 use quote::quote;
@@ -16,18 +22,38 @@ use syn::{parse_macro_input, spanned::Spanned, Error, FnArg, ItemFn, ReturnType}
 
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
-    if !attr.is_empty() {
-        let attr = proc_macro2::TokenStream::from(attr);
-        return Error::new(attr.span(), "#[kernel] takes no arguments").to_compile_error().into();
-    }
+    let max_threads = if attr.is_empty() {
+        None
+    } else {
+        match parse_max_threads(proc_macro2::TokenStream::from(attr)) {
+            Ok(n) => Some(n),
+            Err(err) => return err.to_compile_error().into(),
+        }
+    };
     let func = parse_macro_input!(item as ItemFn);
-    match expand(func) {
+    match expand(func, max_threads) {
         Ok(tokens) => tokens.into(),
         Err(err) => err.to_compile_error().into(),
     }
 }
 
-fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
+/// `max_threads = N` with `N` a positive integer literal up to 1024.
+fn parse_max_threads(attr: proc_macro2::TokenStream) -> syn::Result<u32> {
+    let meta: syn::MetaNameValue = syn::parse2(attr.clone())?;
+    if !meta.path.is_ident("max_threads") {
+        return Err(Error::new(meta.path.span(), "#[kernel] takes only `max_threads = N`"));
+    }
+    let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) = &meta.value else {
+        return Err(Error::new(meta.value.span(), "max_threads must be an integer literal"));
+    };
+    let n: u32 = n.base10_parse()?;
+    if n == 0 || n > 1024 {
+        return Err(Error::new(meta.value.span(), "max_threads must be in 1..=1024"));
+    }
+    Ok(n)
+}
+
+fn expand(func: ItemFn, max_threads: Option<u32>) -> syn::Result<proc_macro2::TokenStream> {
     let sig = &func.sig;
     if sig.unsafety.is_none() {
         return Err(Error::new(sig.fn_token.span(), "kernels must be declared `unsafe fn`"));
@@ -61,8 +87,20 @@ fn expand(func: ItemFn) -> syn::Result<proc_macro2::TokenStream> {
     let inputs = &sig.inputs;
     let body = &func.block;
     let check_name = quote::format_ident!("__kernel_params_are_copy_{}", ident);
+    let bound = max_threads.map(|n| {
+        let marker = quote::format_ident!("__xgk_maxntid_{}", ident);
+        quote! {
+            #[cfg(target_arch = "nvptx64")]
+            #[unsafe(no_mangle)]
+            #[used]
+            #[allow(non_upper_case_globals)]
+            pub static #marker: u32 = #n;
+        }
+    });
 
     Ok(quote! {
+        #bound
+
         #[cfg(target_arch = "nvptx64")]
         #(#attrs)*
         #[unsafe(no_mangle)]

@@ -61,7 +61,7 @@ pub const PLAN_ITEM_WORDS: u32 = 4;
 /// Rows per zero-fill item.
 const ZERO_ITEM_ROWS: u32 = 64;
 /// The sequence of a zero-fill item.
-const NO_SEQUENCE: u32 = u32::MAX;
+pub(crate) const NO_SEQUENCE: u32 = u32::MAX;
 
 /// Whether the tiled kernel covers a head size and GQA group (16-bit KV of q's dtype).
 pub const fn tiled_supports(head_dim: u32, group: u32) -> bool {
@@ -243,7 +243,7 @@ pub(crate) struct TiledPointers<Q> {
 /// scale_log2)`, one fma per weight): the max of raw logits is the max of scaled ones. `mask_add`
 /// is `mask_value` in the units the logits are kept in (raw only where that stays finite: a tiny
 /// scale could push `mask_value / sm_scale` past f32).
-struct LogitScale {
+pub(crate) struct LogitScale {
     scale_log2: f32,
     scale_over_cap: f32,
     cap_log2: f32,
@@ -256,7 +256,7 @@ struct LogitScale {
 
 impl LogitScale {
     /// `fold`: keep logits raw where the contract allows (see above).
-    fn new(p: &RpaParams, fold: bool) -> Self {
+    pub(crate) fn new(p: &RpaParams, fold: bool) -> Self {
         let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
         let scale_log2 = p.sm_scale * LOG2_E;
         // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
@@ -276,25 +276,23 @@ impl LogitScale {
 /// Keys `[lo, hi)` that any of rows `[ra, rb]` of an item may visit (rows' ranges grow with the
 /// row; an empty first row widens the range to 0, which only costs masked work).
 #[inline(always)]
-fn rows_visit_range(first: &RowWindow, last: &RowWindow, include_masked: bool) -> (u32, u32) {
+pub(crate) fn rows_visit_range(first: &RowWindow, last: &RowWindow, include_masked: bool) -> (u32, u32) {
     let (lo_a, hi_a) = first.visit_range(include_masked);
     let (lo_b, hi_b) = last.visit_range(include_masked);
     (lo_a.min(lo_b), hi_a.max(hi_b))
 }
 
+/// Calls `f(seq, first row, rows)` for the block's items: one (`blockIdx.x`'s) from the plan, or,
+/// with an invalid `cu_q_lens` (the plan's fallback flag), one row per item, owned as
+/// [`find_sequence`] says, in a grid-stride loop. Block-uniform.
+///
+/// # Safety
+/// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait), `ptr.cu_q_lens`
+/// and `ptr.num_seqs` as [`rpa_plan`] takes them.
 #[inline(always)]
-unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
-    ptr: TiledPointers<Q>,
-    p: RpaParams,
-) {
-    const { assert!(NTILES * 8 == D && KSTEPS * 16 == D, "tiles cover the head dim") };
-    // Launched programmatically after `rpa_plan` (sm_90 image): the plan is readable after the wait.
-    crate::grid_dependency::launch_dependents();
-    crate::grid_dependency::wait_for_prerequisites();
+pub(crate) unsafe fn for_each_item<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, mut f: impl FnMut(u32, u32, u32)) {
     let count = *ptr.plan;
     let fallback = *ptr.plan.add(1) != 0;
-    // One item per block; with an invalid cu_q_lens (fallback), one row per item, owned as
-    // find_sequence says, in a grid-stride loop (block-uniform).
     let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
     let mut index = block_idx_x();
     loop {
@@ -314,14 +312,26 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
             (*item, *item.add(1), *item.add(2))
         };
-        // One call site keeps a single inlined copy. (Short items through the mma.sync path in
-        // the WG kernels, a second copy, made ptxas spill: benchmarks/NOTES.md "v4".)
-        tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc);
+        f(seq, r0, rc);
         if !fallback {
             break;
         }
         index += grid_dim_x();
     }
+}
+
+#[inline(always)]
+unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
+    ptr: TiledPointers<Q>,
+    p: RpaParams,
+) {
+    const { assert!(NTILES * 8 == D && KSTEPS * 16 == D, "tiles cover the head dim") };
+    // Launched programmatically after `rpa_plan` (sm_90 image): the plan is readable after the wait.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
+    // One call site keeps a single inlined copy. (Short items through the mma.sync path in the WG
+    // kernels, a second copy, made ptxas spill: benchmarks/NOTES.md "v4".)
+    for_each_item(&ptr, &p, |seq, r0, rc| tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc));
 }
 
 /// One item: rows `[r0, r0 + rc)` of sequence `seq` (or zeros for [`NO_SEQUENCE`]) for the query
@@ -622,61 +632,11 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
                 });
             });
         }
-        // Element e of n-tile nt: M row lane/4 + 8*(e/2), key tile_base + nt*8 + 2*cq + e%2.
-        // Logits raw, or in log2 units (scaled, soft capped): see `LogitScale`.
-        if p.soft_cap != 0.0 {
-            unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
-        } else if !logit.raw {
-            unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
-        }
-        // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
-        let interior = tile_base >= warp_all_first
-            && tile_base + TILE_KEYS <= warp_all_end
-            && present[0] == u32::MAX
-            && present[1] == u32::MAX;
-        if !interior {
-            unroll::<8>(|nt| {
-                unroll::<4>(|e| {
-                    let kk = (nt % 4) * 8 + 2 * cq + (e & 1);
-                    let j = tile_base + (nt * 8 + 2 * cq + (e & 1)) as u32;
-                    let w = &win[e / 2];
-                    let counted = present[nt / 4] & (1 << kk) != 0;
-                    s[nt][e] = if counted && w.visible(j) {
-                        s[nt][e]
-                    } else if counted && include_masked && w.first < w.end && j < w.kv_len {
-                        s[nt][e] + logit.mask_add
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                })
-            });
-        }
         let mut pa = [[0u32; 4]; 4];
-        online_softmax_steps::<Q, NTILES, 8, 4>(&s, logit.exp_scale, &mut m, &mut l, &mut o, &mut pa);
+        let rows = WarpRows { win, all_first: warp_all_first, all_end: warp_all_end };
+        mask_and_softmax::<Q, NTILES>(&mut s, tile_base, present, &rows, &logit, p, &mut m, &mut l, &mut o, &mut pa);
         if WG {
-            // V read transposed (MN-major B): 16 keys per k-step are 16 rows of 128 bytes; the
-            // 64-dim column blocks are TILE_KEYS rows apart.
-            let v_desc =
-                wgmma::descriptor(stage + TILE_KEYS * row_bytes, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
-            let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
-            if D == 128 {
-                let acc = &mut *(o.as_mut_ptr() as *mut [f32; 64]);
-                // The softmax's rescale of O lands before the fence.
-                wgmma::keep_accumulator(acc);
-                wgmma::fence();
-                unroll::<4>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
-                wgmma::commit_group();
-                wgmma::wait_group::<0>();
-                wgmma::keep_accumulator(acc);
-            } else {
-                let acc = &mut *(o.as_mut_ptr() as *mut [f32; 32]);
-                wgmma::keep_accumulator(acc);
-                wgmma::fence();
-                unroll::<4>(|ks| wgmma::mma_m64n64k16_rs::<Q, 1>(acc, pa[ks], desc(ks), true));
-                wgmma::commit_group();
-                wgmma::wait_group::<0>();
-                wgmma::keep_accumulator(acc);
-            }
+            wgmma_pv::<Q, NTILES>(&mut o, &pa, stage + TILE_KEYS * row_bytes);
         } else {
             let v_stage = stage + v_lane;
             unroll::<4>(|ks| {
@@ -712,6 +672,97 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
         }
     });
     sync_threads();
+}
+
+/// What the mask of a warp's 16 M rows needs: the windows of this lane's two rows, and the keys
+/// every row of the warp sees (`[all_first, all_end)`: tiles inside need no mask).
+pub(crate) struct WarpRows {
+    pub win: [RowWindow; 2],
+    pub all_first: u32,
+    pub all_end: u32,
+}
+
+/// The logit transform, the masks and one online-softmax step of a warp's 16 rows over the 64 keys
+/// of a tile at `tile_base`: `s` holds S (element e of n-tile nt: M row lane/4 + 8 (e/2), key
+/// `tile_base + 8 nt + 2 (lane % 4) + e % 2`), raw or as `logit` says; `present` bit k: key
+/// `tile_base + k` is in range and on a valid page. Updates `m`, `l`, `o` and writes P (the A
+/// operand of `O += P V`, four k-steps of 16 keys) into `pa`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
+    s: &mut [[f32; 4]; 8],
+    tile_base: u32,
+    present: [u32; 2],
+    rows: &WarpRows,
+    logit: &LogitScale,
+    p: &RpaParams,
+    m: &mut [f32; 2],
+    l: &mut [f32; 2],
+    o: &mut [[f32; 4]; NTILES],
+    pa: &mut [[u32; 4]; 4],
+) {
+    let cq = (lane_id() % 4) as usize;
+    let include_masked = p.include_masked != 0;
+    if p.soft_cap != 0.0 {
+        unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
+    } else if !logit.raw {
+        unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
+    }
+    // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
+    let interior = tile_base >= rows.all_first
+        && tile_base + TILE_KEYS <= rows.all_end
+        && present[0] == u32::MAX
+        && present[1] == u32::MAX;
+    if !interior {
+        unroll::<8>(|nt| {
+            unroll::<4>(|e| {
+                let kk = (nt % 4) * 8 + 2 * cq + (e & 1);
+                let j = tile_base + (nt * 8 + 2 * cq + (e & 1)) as u32;
+                let w = &rows.win[e / 2];
+                let counted = present[nt / 4] & (1 << kk) != 0;
+                s[nt][e] = if counted && w.visible(j) {
+                    s[nt][e]
+                } else if counted && include_masked && w.first < w.end && j < w.kv_len {
+                    s[nt][e] + logit.mask_add
+                } else {
+                    f32::NEG_INFINITY
+                };
+            })
+        });
+    }
+    online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, m, l, o, pa);
+}
+
+/// `O += P V` on the tensor cores (`wgmma`, issued and waited for): P from registers (`pa`, four
+/// k-steps of 16 keys), V from the stage at shared address `v_tile` (64 keys, 128-byte swizzled
+/// rows in 64-dim column blocks, read transposed: MN-major B), O as `NTILES` n-tiles of 8 dims.
+///
+/// # Safety
+/// Every thread of the warpgroup executes it; the V tile has landed and is visible to the async
+/// proxy (`wgmma::fence_proxy_async_shared` after the copies' wait).
+#[inline(always)]
+pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(o: &mut [[f32; 4]; NTILES], pa: &[[u32; 4]; 4], v_tile: u32) {
+    // 16 keys per k-step are 16 rows of 128 bytes; the 64-dim column blocks are TILE_KEYS rows apart.
+    let v_desc = wgmma::descriptor(v_tile, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
+    let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
+    macro_rules! pv {
+        ($regs:literal, $mma:ident) => {{
+            let acc = &mut *(o.as_mut_ptr() as *mut [f32; $regs]);
+            // The softmax's rescale of O lands before the fence.
+            wgmma::keep_accumulator(acc);
+            wgmma::fence();
+            unroll::<4>(|ks| wgmma::$mma::<Q, 1>(acc, pa[ks], desc(ks), true));
+            wgmma::commit_group();
+            wgmma::wait_group::<0>();
+            wgmma::keep_accumulator(acc);
+        }};
+    }
+    const { assert!(NTILES == 8 || NTILES == 16, "head_dim 64 or 128") };
+    if NTILES == 16 {
+        pv!(64, mma_m64n128k16_rs)
+    } else {
+        pv!(32, mma_m64n64k16_rs)
+    }
 }
 
 /// Builds the work plan of the tiled kernel (see the module docs).

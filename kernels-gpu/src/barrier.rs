@@ -1,0 +1,114 @@
+//! Barriers beyond `bar.sync` of the whole block, through inline PTX: shared-memory *mbarriers*
+//! (sm_80+; the producer/consumer handshakes of a warp-specialized pipeline) and *named* barriers
+//! (a subset of the block's warps, such as one warpgroup, synchronizing among themselves).
+//!
+//! An mbarrier is a 64-bit word in shared memory that counts arrivals. It is initialized with the
+//! number of arrivals that complete a *phase*; when that many have arrived, the phase completes
+//! and the next one begins with the count restored. Waiters name the phase they wait for by its
+//! parity (phase `k` has parity `k & 1`): [`wait_parity`] returns once the phase of that parity has
+//! completed. A producer that fills a ring of stages waits on each stage's *empty* barrier with the
+//! parity of the round before (the first wait passes at once: the barrier counts as having
+//! completed the phase before phase 0) and consumers on its *full* barrier with the round's
+//! parity. Arrivals release and waits acquire (PTX's defaults, `.release.cta` / `.acquire.cta`), so
+//! what a thread wrote before arriving is visible to a thread whose wait the phase completed.
+
+/// Initializes the mbarrier at shared address `bar` to complete a phase after `count` arrivals.
+///
+/// # Safety
+/// `bar` must be an 8-byte aligned shared-memory address of the block; no thread may use the
+/// barrier until a block barrier (`bar.sync`) after the initialization.
+#[inline(always)]
+pub unsafe fn init(bar: u32, count: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("mbarrier.init.shared::cta.b64 [{bar}], {count};", bar = in(reg32) bar, count = in(reg32) count,
+        options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, count);
+        crate::gpu_only!("barrier::init")
+    }
+}
+
+/// One arrival on the mbarrier at `bar` (release: this thread's earlier writes are visible to the
+/// threads whose wait the phase completes).
+///
+/// # Safety
+/// `bar` must be an initialized mbarrier whose current phase still expects an arrival.
+#[inline(always)]
+pub unsafe fn arrive(bar: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("mbarrier.arrive.shared::cta.b64 _, [{bar}];", bar = in(reg32) bar, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = bar;
+        crate::gpu_only!("barrier::arrive")
+    }
+}
+
+/// One arrival on the mbarrier at `bar` once every `cp.async` this thread issued before has landed
+/// (`cp.async.mbarrier.arrive.noinc`: the arrival counts against the initialized count, so a
+/// consumer whose wait completes sees the copied bytes).
+///
+/// # Safety
+/// As [`arrive`].
+#[inline(always)]
+pub unsafe fn arrive_after_copies(bar: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{bar}];", bar = in(reg32) bar, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = bar;
+        crate::gpu_only!("barrier::arrive_after_copies")
+    }
+}
+
+/// Waits until the phase of parity `parity` (0 or 1) of the mbarrier at `bar` has completed
+/// (acquire: the writes released by its arrivals are visible afterwards).
+///
+/// # Safety
+/// `bar` must be an initialized mbarrier; the phase must complete eventually, or the thread hangs.
+#[inline(always)]
+pub unsafe fn wait_parity(bar: u32, parity: u32) {
+    // `try_wait` suspends the thread for a while (hardware-chosen) before it gives up; the loop
+    // retries until the phase completes.
+    while !try_wait_parity(bar, parity) {}
+}
+
+/// Whether the phase of parity `parity` of the mbarrier at `bar` has completed, after waiting a
+/// hardware-chosen time for it (`mbarrier.try_wait.parity`; acquire when it returns true).
+///
+/// # Safety
+/// `bar` must be an initialized mbarrier.
+#[inline(always)]
+pub unsafe fn try_wait_parity(bar: u32, parity: u32) -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let done: u32;
+        core::arch::asm!(
+            "{{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [{bar}], {parity};\nselp.u32 {done}, 1, 0, p;\n}}",
+            bar = in(reg32) bar, parity = in(reg32) parity, done = out(reg32) done, options(nostack));
+        done != 0
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, parity);
+        crate::gpu_only!("barrier::try_wait_parity")
+    }
+}
+
+/// Synchronizes the `threads` threads (a multiple of 32) that execute `bar.sync id` with the same
+/// `id`: a barrier for a subset of the block's warps, such as one warpgroup. Id 0 is the block
+/// barrier of [`crate::thread::sync_threads`]; ids go up to 15.
+///
+/// # Safety
+/// Exactly `threads` threads, whole warps, must reach it with the same id and count.
+#[inline(always)]
+pub unsafe fn sync_named<const ID: u32>(threads: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("bar.sync {id}, {n};", id = const ID, n = in(reg32) threads, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = threads;
+        crate::gpu_only!("barrier::sync_named")
+    }
+}
