@@ -221,9 +221,22 @@ fn apply_launch_bounds(ptx: &str) -> Result<String, String> {
         .map(|line| {
             let rest = &line[line.find(MARKER).unwrap() + MARKER.len()..];
             let (name, value) = rest.split_once('=').ok_or_else(|| format!("unexpected marker line {line:?}"))?;
+            // llc writes the u32 as `.u32 name = N` or as bytes, `.b8 name[4] = {lo, ..}` (little
+            // endian, trailing zero bytes left out).
+            let name = name.trim().trim_end_matches("[4]").trim();
             let value = value.trim().trim_end_matches(';').trim();
-            let n = value.parse::<u32>().map_err(|_| format!("marker {line:?}: {value:?} is not a thread count"))?;
-            Ok((name.trim().to_string(), n))
+            let bad = || format!("marker {line:?}: {value:?} is not a thread count");
+            let n = match value.strip_prefix('{').and_then(|v| v.strip_suffix('}')) {
+                Some(bytes) => bytes.split(',').enumerate().try_fold(0u32, |n, (i, b)| {
+                    let b = b.trim().parse::<u8>().map_err(|_| bad())?;
+                    if i >= 4 {
+                        return Err(bad());
+                    }
+                    Ok(n | (b as u32) << (8 * i))
+                })?,
+                None => value.parse::<u32>().map_err(|_| bad())?,
+            };
+            Ok((name.to_string(), n))
         })
         .collect::<Result<_, String>>()?;
     for (name, n) in markers {

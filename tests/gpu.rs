@@ -123,7 +123,8 @@ fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
 }
 
 /// The kernels that apply to a case: always the general one, and the tensor-core, pipelined and
-/// tiled ones where they apply (every device these tests run on is sm_80+).
+/// tiled ones where they apply (every device these tests run on is sm_80+), with the Hopper tile
+/// kernels (wgmma, warp-specialized) where device 0 loaded the sm_90a image.
 fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     let mut k = vec![KernelChoice::General];
     if tensor_core_applies(&case.spec(), 90) {
@@ -134,6 +135,9 @@ fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     }
     if tiled_applies(&case.spec(), 90) {
         k.push(KernelChoice::Tiled);
+        if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) {
+            k.extend([KernelChoice::TiledWgmma, KernelChoice::TiledWarpSpecialized]);
+        }
     }
     k
 }
@@ -419,6 +423,25 @@ fn tiled_wgmma_kernel_matches_cpu() {
     check_tiled_cases_with(KernelChoice::TiledWgmma, 36, true);
 }
 
+/// The warp-specialized tile kernel (sm_90a image, explicit `tiled-ws`) over the same cases.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_ws_kernel_matches_cpu() {
+    let image = KERNELS.for_device(0).map(|m| m.image.arch);
+    assert_eq!(image.ok(), Some("sm_90a"), "tiled-ws needs the sm_90a image (a Hopper GPU)");
+    check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 36, true);
+}
+
+/// Small cases of the warp-specialized kernel, for compute-sanitizer's racecheck and synccheck
+/// (its mbarrier rings are shared-memory handshakes between warpgroups).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_ws_kernel_small_cases() {
+    let image = KERNELS.for_device(0).map(|m| m.image.arch);
+    assert_eq!(image.ok(), Some("sm_90a"), "tiled-ws needs the sm_90a image (a Hopper GPU)");
+    check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 18, false);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_kernel_matches_cpu() {
@@ -516,7 +539,9 @@ fn paged_attention_workspace_modes_agree() {
         let cpu = case.cpu_output();
         for kernel in [KernelChoice::Auto].into_iter().chain(kernels_for(case)) {
             let exact = workspace_bytes_with(&KERNELS, 0, &case.spec(), kernel).unwrap();
-            let modes: Vec<WorkspaceMode> = if kernel == KernelChoice::Tiled {
+            let explicit_tiles =
+                matches!(kernel, KernelChoice::Tiled | KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized);
+            let modes: Vec<WorkspaceMode> = if explicit_tiles {
                 vec![WorkspaceMode::Allocate, WorkspaceMode::Exact] // an explicit Tiled needs its plan
             } else {
                 vec![

@@ -5,6 +5,7 @@ pub mod paged_attention;
 pub mod paged_attention_mma;
 pub mod paged_attention_pipelined;
 pub mod paged_attention_tiled;
+pub mod paged_attention_tiled_ws;
 pub mod simple_add;
 pub mod wgmma_selftest;
 

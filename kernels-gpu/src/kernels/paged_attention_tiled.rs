@@ -741,7 +741,11 @@ pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
 /// Every thread of the warpgroup executes it; the V tile has landed and is visible to the async
 /// proxy (`wgmma::fence_proxy_async_shared` after the copies' wait).
 #[inline(always)]
-pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(o: &mut [[f32; 4]; NTILES], pa: &[[u32; 4]; 4], v_tile: u32) {
+pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
+    o: &mut [[f32; 4]; NTILES],
+    pa: &[[u32; 4]; 4],
+    v_tile: u32,
+) {
     // 16 keys per k-step are 16 rows of 128 bytes; the 64-dim column blocks are TILE_KEYS rows apart.
     let v_desc = wgmma::descriptor(v_tile, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
     let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);

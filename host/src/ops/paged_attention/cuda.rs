@@ -11,6 +11,7 @@ use kernels_gpu::kernels::paged_attention_tiled::{
     plan_bytes, plan_capacity, tile_rows, tiled_shared_bytes, tiled_supports, tiled_wgmma_shared_bytes,
     PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
+use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_shared_bytes, ws_tile_rows, WS_THREADS};
 
 use super::PagedAttention;
 use crate::dtype::DType;
@@ -146,10 +147,14 @@ pub enum KernelChoice {
     /// only (a Hopper GPU); what `Auto` takes where it would take [`Self::Tiled`], the sm_90a
     /// image is loaded and the call is prefill-shaped (`wgmma_tiles_preferred`).
     TiledWgmma,
+    /// The warp-specialized tile kernel (sm_90a image only): 128-row query tiles, a producer
+    /// warpgroup copying K/V through mbarrier rings and two `wgmma` consumer warpgroups
+    /// (`kernels_gpu::kernels::paged_attention_tiled_ws`).
+    TiledWarpSpecialized,
 }
 
 /// Environment variable that overrides [`KernelChoice::Auto`] (benchmarks compare the kernels in
-/// one process): `auto`, `general`, `mma`, `pipelined`, `tiled` or `tiled-wgmma`.
+/// one process): `auto`, `general`, `mma`, `pipelined`, `tiled`, `tiled-wgmma` or `tiled-ws`.
 pub const KERNEL_ENV_VAR: &str = "XGK_RPA_KERNEL";
 
 impl KernelChoice {
@@ -170,8 +175,9 @@ impl KernelChoice {
                 "pipelined" => Ok(KernelChoice::Pipelined),
                 "tiled" => Ok(KernelChoice::Tiled),
                 "tiled-wgmma" => Ok(KernelChoice::TiledWgmma),
+                "tiled-ws" => Ok(KernelChoice::TiledWarpSpecialized),
                 other => Err(crate::Error::invalid(format!(
-                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma, pipelined, tiled or tiled-wgmma"
+                    "{KERNEL_ENV_VAR}={other:?}: expected auto, general, mma, pipelined, tiled, tiled-wgmma or tiled-ws"
                 ))),
             },
         }
@@ -387,6 +393,7 @@ pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str 
         KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::Tiled => format!("rpa_tile_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::TiledWgmma => format!("rpa_tile_wg_{q}_{kv}_d{}", spec.head_dim),
+        KernelChoice::TiledWarpSpecialized => format!("rpa_tile_ws_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::TensorCore => format!("rpa_mma_{q}_{kv}_d{}", spec.head_dim),
         _ => format!("rpa_{q}_{kv}_dpl{}", spec.dims_per_lane()),
     };
@@ -437,7 +444,9 @@ struct TiledPlan {
     name: &'static str,
     rows: u32,
     capacity: u64,
-    /// Dynamic shared memory of the tile kernel (the wgmma variant aligns its stages).
+    /// Threads per block of the tile kernel.
+    threads: u32,
+    /// Dynamic shared memory of the tile kernel (the wgmma variants align their stages).
     shared_bytes: u32,
 }
 
@@ -511,7 +520,7 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
             );
             KernelChoice::Pipelined
         }
-        KernelChoice::Tiled | KernelChoice::TiledWgmma => {
+        KernelChoice::Tiled | KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized => {
             ensure!(
                 tiled_applies(spec, cc),
                 "the tiled kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128, num_q_heads / num_kv_heads <= 64 and sm_80+"
@@ -555,24 +564,28 @@ fn plan_launch(
     {
         kernel = KernelChoice::TiledWgmma;
     }
-    if kernel == KernelChoice::TiledWgmma {
+    if matches!(kernel, KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized) {
         ensure!(
             module.image.has_wgmma(),
-            "the tiled-wgmma kernel needs the sm_90a PTX image (a Hopper GPU); this context loaded {}",
+            "the {} kernel needs the sm_90a PTX image (a Hopper GPU); this context loaded {}",
+            if kernel == KernelChoice::TiledWgmma { "tiled-wgmma" } else { "tiled-ws" },
             module.image.arch
         );
     }
-    if matches!(kernel, KernelChoice::Tiled | KernelChoice::TiledWgmma) {
-        let rows = tile_rows(spec.num_q_heads / spec.num_kv_heads);
+    if matches!(kernel, KernelChoice::Tiled | KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized) {
+        let group = spec.num_q_heads / spec.num_kv_heads;
+        let ws = kernel == KernelChoice::TiledWarpSpecialized;
+        let rows = if ws { ws_tile_rows(group) } else { tile_rows(group) };
         let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
         ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
         ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
-        let shared_bytes = if kernel == KernelChoice::TiledWgmma {
-            tiled_wgmma_shared_bytes(spec.head_dim)
-        } else {
-            tiled_shared_bytes(spec.head_dim)
+        let (threads, shared_bytes) = match kernel {
+            KernelChoice::TiledWgmma => (TILE_THREADS, tiled_wgmma_shared_bytes(spec.head_dim)),
+            KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim)),
+            _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
         };
-        let plan = LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, kernel), rows, capacity, shared_bytes });
+        let plan =
+            LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, kernel), rows, capacity, threads, shared_bytes });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
@@ -813,7 +826,7 @@ unsafe fn launch_tiled(
     args.push(plan).push(bufs.out).push(params);
     let cfg = LaunchConfig {
         grid: (t.capacity as u32, spec.num_kv_heads, 1),
-        block: (TILE_THREADS, 1, 1),
+        block: (t.threads, 1, 1),
         shared_bytes: t.shared_bytes,
     };
     module.launch(stream, t.name, cfg, &mut args.pointers(), settings.programmatic)
