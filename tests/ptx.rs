@@ -31,8 +31,10 @@ fn ptx_exports_every_kernel() {
         assert_eq!(image.ptx.contains("wgmma.mma_async.sync.aligned"), hopper, "{}", image.arch);
         for q in ["f16", "bf16"] {
             for d in [64, 128] {
-                let entry = format!(".entry rpa_tile_wg_{q}_{q}_d{d}(");
-                assert_eq!(image.ptx.contains(&entry), hopper, "{}: {entry}", image.arch);
+                for family in ["wg", "ws"] {
+                    let entry = format!(".entry rpa_tile_{family}_{q}_{q}_d{d}(");
+                    assert_eq!(image.ptx.contains(&entry), hopper, "{}: {entry}", image.arch);
+                }
             }
         }
     }
@@ -129,6 +131,9 @@ fn ptxas_accepts_the_ptx_without_spills() {
         for line in log.lines().filter(|l| l.contains("wgmma.mma_async instructions are serialized")) {
             assert!(!line.contains("rpa_"), "{arch}: {line}");
         }
+        // Warpgroup register budgets take effect (ptxas ignores `setmaxnreg` where the register
+        // count at entry is not fixed: `#[kernel(max_threads = N)]` fixes it).
+        assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
         for line in log.lines().filter(|l| l.contains("stack frame")) {
             assert!(line.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{arch}: {line}");
         }

@@ -123,6 +123,23 @@ pub unsafe fn fence_proxy_async_shared() {
     crate::gpu_only!("wgmma::fence_proxy_async_shared")
 }
 
+/// Pins the A-operand registers of a register-sourced `wgmma` (`mma_*_rs`) after the
+/// [`wait_group`] that retires it: without this the compiler sees them dead once the instruction
+/// is issued and may reuse them for the next operand while the tensor cores still read them
+/// (ptxas then serializes every wgmma of the kernel).
+#[inline(always)]
+pub fn keep_fragments<const K: usize>(frags: &mut [[u32; 4]; K]) {
+    #[cfg(target_arch = "nvptx64")]
+    for frag in frags.iter_mut() {
+        for x in frag.iter_mut() {
+            // SAFETY: an empty instruction.
+            unsafe { core::arch::asm!("// keep {0}", inout(reg32) * x, options(nostack, nomem)) };
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = frags;
+}
+
 /// Pins accumulator registers after [`wait_group`]: an empty asm that claims to rewrite them, so
 /// the compiler reads them only after this point (CUTLASS's `warpgroup_fence_operand`).
 #[inline(always)]

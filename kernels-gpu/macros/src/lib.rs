@@ -11,8 +11,9 @@
 //! `unsafe fn`, so the crate (and its unit tests) still compile for the host, as with cuda_std.
 //!
 //! `#[kernel(max_threads = N)]` declares the most threads a block of the kernel is launched with
-//! (CUDA's `__launch_bounds__(N)`): the PTX then carries `.maxntid N, 1, 1`, so ptxas keeps the
-//! registers per thread within what `N` threads may hold. rustc has no attribute for it; the
+//! (CUDA's `__launch_bounds__(N, 1)`): the PTX then carries `.maxntid N, 1, 1` and
+//! `.minnctapersm 1`, so ptxas gives each thread the registers `N` threads may hold (a count fixed
+//! at entry, which `setmaxnreg` needs). rustc has no attribute for it; the
 //! macro exports a marker `u32` global `__xgk_maxntid_<name> = N`, which the root `build.rs`
 //! turns into the directive on the entry `<name>`.
 

@@ -152,7 +152,62 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
     o: &mut [[f32; 4]; NTILES],
     pa: &mut [[u32; 4]; KS],
 ) {
+    online_softmax_core::<Q, NTILES, KN, KS, false>(s, exp_scale, m, l, o, pa);
+}
+
+/// The accumulator rescale an online-softmax step asks for: `corr` per row (`g`, `g + 8`), and
+/// whether any row of the warp moved its reference (else every `corr` is 1 and the rescale is
+/// skipped).
+#[derive(Clone, Copy)]
+pub(crate) struct Rescale {
+    corr: [f32; 2],
+    any: bool,
+}
+
+impl Rescale {
+    /// `o *= corr` row by row (a warp-uniform skip when no row moved its reference).
+    #[inline(always)]
+    pub(crate) fn apply<const NTILES: usize>(&self, o: &mut [[f32; 4]; NTILES]) {
+        if self.any {
+            unroll::<2>(|ri| {
+                unroll::<NTILES>(|nt| {
+                    o[nt][2 * ri] *= self.corr[ri];
+                    o[nt][2 * ri + 1] *= self.corr[ri];
+                });
+            });
+        }
+    }
+}
+
+/// [`online_softmax_steps`] without touching the accumulators: updates `m` and `l`, writes P and
+/// returns the rescale O still needs (a caller whose O is being written by an asynchronous
+/// `wgmma` applies it once that has completed).
+#[inline(always)]
+pub(crate) fn online_softmax_weights<Q: MmaElement, const KN: usize, const KS: usize>(
+    s: &[[f32; 4]; KN],
+    exp_scale: f32,
+    m: &mut [f32; 2],
+    l: &mut [f32; 2],
+    pa: &mut [[u32; 4]; KS],
+) -> Rescale {
+    let mut unused = [[0.0f32; 4]; 0];
+    online_softmax_core::<Q, 0, KN, KS, true>(s, exp_scale, m, l, &mut unused, pa)
+}
+
+/// The step itself: with `DEFER` the rescale of O is returned, else applied to `o` where it is
+/// computed (the mma.sync kernels sit at their register limit: a factor kept alive past the
+/// weights made ptxas spill).
+#[inline(always)]
+fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, const KS: usize, const DEFER: bool>(
+    s: &[[f32; 4]; KN],
+    exp_scale: f32,
+    m: &mut [f32; 2],
+    l: &mut [f32; 2],
+    o: &mut [[f32; 4]; NTILES],
+    pa: &mut [[u32; 4]; KS],
+) -> Rescale {
     const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
+    let mut rescale = Rescale { corr: [1.0; 2], any: false };
     unroll::<2>(|ri| {
         // Max and sum as trees (a linear fold is a chain of 2 KN dependent instructions; with two
         // warps per scheduler their latency is not hidden).
@@ -170,15 +225,20 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
         let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
         // Weights exp2(s * exp_scale - m_ref * exp_scale): one fma each.
         let neg_ref = -m_ref * exp_scale;
-        let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
         // Skip the rescale unless some row of the warp moved its reference (a warp-uniform branch;
         // rows that kept theirs have corr = 1).
         if warp_any(m_new != m[ri]) {
+            let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
             l[ri] *= corr;
-            unroll::<NTILES>(|nt| {
-                o[nt][2 * ri] *= corr;
-                o[nt][2 * ri + 1] *= corr;
-            });
+            if DEFER {
+                rescale.corr[ri] = corr;
+                rescale.any = true;
+            } else {
+                unroll::<NTILES>(|nt| {
+                    o[nt][2 * ri] *= corr;
+                    o[nt][2 * ri + 1] *= corr;
+                });
+            }
         }
         m[ri] = m_new;
         let mut sums = [0.0f32; KN];
@@ -190,6 +250,7 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
         });
         l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
     });
+    rescale
 }
 
 /// How far (in exp2 units) a row's max may rise above the softmax's running reference before the

@@ -250,7 +250,7 @@ pub(crate) struct LogitScale {
     /// Logits kept raw, scaled in the exponent.
     raw: bool,
     /// The softmax's exponent scale: `scale_log2` for raw logits, else 1.
-    exp_scale: f32,
+    pub(crate) exp_scale: f32,
     mask_add: f32,
 }
 
@@ -701,6 +701,20 @@ pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
     o: &mut [[f32; 4]; NTILES],
     pa: &mut [[u32; 4]; 4],
 ) {
+    mask_logits(s, tile_base, present, rows, logit, p);
+    online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, m, l, o, pa);
+}
+
+/// The logit transform and the masks of [`mask_and_softmax`], without the softmax step.
+#[inline(always)]
+pub(crate) fn mask_logits(
+    s: &mut [[f32; 4]; 8],
+    tile_base: u32,
+    present: [u32; 2],
+    rows: &WarpRows,
+    logit: &LogitScale,
+    p: &RpaParams,
+) {
     let cq = (lane_id() % 4) as usize;
     let include_masked = p.include_masked != 0;
     if p.soft_cap != 0.0 {
@@ -730,18 +744,34 @@ pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
             })
         });
     }
-    online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, m, l, o, pa);
 }
 
-/// `O += P V` on the tensor cores (`wgmma`, issued and waited for): P from registers (`pa`, four
-/// k-steps of 16 keys), V from the stage at shared address `v_tile` (64 keys, 128-byte swizzled
-/// rows in 64-dim column blocks, read transposed: MN-major B), O as `NTILES` n-tiles of 8 dims.
+/// `O += P V` on the tensor cores (`wgmma`, issued and waited for): see [`wgmma_pv_issue`].
+///
+/// # Safety
+/// As [`wgmma_pv_issue`].
+#[inline(always)]
+pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
+    o: &mut [[f32; 4]; NTILES],
+    pa: &[[u32; 4]; 4],
+    v_tile: u32,
+) {
+    wgmma_pv_issue::<Q, NTILES>(o, pa, v_tile);
+    wgmma::wait_group::<0>();
+    keep_o(o);
+}
+
+/// Issues `O += P V` on the tensor cores (`wgmma`, one commit group; the caller waits): P from
+/// registers (`pa`, four k-steps of 16 keys), V from the stage at shared address `v_tile` (64
+/// keys, 128-byte swizzled rows in 64-dim column blocks, read transposed: MN-major B), O as
+/// `NTILES` n-tiles of 8 dims. O and `pa` must not be touched until the group's wait (then
+/// [`keep_o`] and `wgmma::keep_fragments`).
 ///
 /// # Safety
 /// Every thread of the warpgroup executes it; the V tile has landed and is visible to the async
 /// proxy (`wgmma::fence_proxy_async_shared` after the copies' wait).
 #[inline(always)]
-pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
+pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize>(
     o: &mut [[f32; 4]; NTILES],
     pa: &[[u32; 4]; 4],
     v_tile: u32,
@@ -752,13 +782,11 @@ pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
     macro_rules! pv {
         ($regs:literal, $mma:ident) => {{
             let acc = &mut *(o.as_mut_ptr() as *mut [f32; $regs]);
-            // The softmax's rescale of O lands before the fence.
+            // Every write of O and P (the softmax's rescale) lands before the fence.
             wgmma::keep_accumulator(acc);
             wgmma::fence();
             unroll::<4>(|ks| wgmma::$mma::<Q, 1>(acc, pa[ks], desc(ks), true));
             wgmma::commit_group();
-            wgmma::wait_group::<0>();
-            wgmma::keep_accumulator(acc);
         }};
     }
     const { assert!(NTILES == 8 || NTILES == 16, "head_dim 64 or 128") };
@@ -766,6 +794,17 @@ pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
         pv!(64, mma_m64n128k16_rs)
     } else {
         pv!(32, mma_m64n64k16_rs)
+    }
+}
+
+/// Pins O's registers after the wait that retires a `wgmma` writing them.
+#[inline(always)]
+pub(crate) fn keep_o<const NTILES: usize>(o: &mut [[f32; 4]; NTILES]) {
+    // SAFETY (of the casts): [[f32; 4]; NTILES] is 4 NTILES contiguous f32.
+    if NTILES == 16 {
+        wgmma::keep_accumulator(unsafe { &mut *(o.as_mut_ptr() as *mut [f32; 64]) });
+    } else if NTILES == 8 {
+        wgmma::keep_accumulator(unsafe { &mut *(o.as_mut_ptr() as *mut [f32; 32]) });
     }
 }
 

@@ -23,7 +23,7 @@
 
 use crate::attention::{page_is_valid, row_window, RowWindow, RpaParams};
 use crate::barrier;
-use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
+use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
 use crate::math::FastDiv;
 use crate::mma::MmaElement;
@@ -33,10 +33,10 @@ use crate::thread::{block_idx_y, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 
-use super::paged_attention_mma::quad_sum;
+use super::paged_attention_mma::{online_softmax_weights, quad_sum};
 use super::paged_attention_tiled::{
-    for_each_item, mask_and_softmax, rows_visit_range, wgmma_pv, LogitScale, TiledPointers, WarpRows, NO_SEQUENCE,
-    TILE_KEYS,
+    for_each_item, keep_o, mask_logits, rows_visit_range, wgmma_pv_issue, LogitScale, TiledPointers, WarpRows,
+    NO_SEQUENCE, TILE_KEYS,
 };
 use super::unroll;
 
@@ -54,11 +54,9 @@ const CONSUMER_M: u32 = 64;
 /// thread for 384 threads) split 40 / 232 (128 x 40 + 256 x 232 = 384 x 168).
 const PRODUCER_REGISTERS: u32 = 40;
 const CONSUMER_REGISTERS: u32 = 232;
-/// Arrivals that fill a K stage: one per K-copying thread when its copies land, plus the lanes 0
-/// of the two K warps, which publish the stage's presence mask.
-const FULL_K_ARRIVALS: u32 = 64 + 2;
-/// Arrivals that fill a V stage: one per V-copying thread.
-const FULL_V_ARRIVALS: u32 = 64;
+/// Arrivals that fill a stage: one per copying thread (64 for K, 64 for V) once its copies have
+/// landed and been fenced for the tensor cores.
+const FULL_ARRIVALS: u32 = 64;
 /// Arrivals that empty a stage: every consumer thread, once it has read the stage.
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
 
@@ -152,8 +150,9 @@ unsafe fn item_keys<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, seq: u32, r0: u32,
 
 /// The producer's part of one item: for each of its key tiles, wait until the stage is empty,
 /// copy this thread's token (its K row for threads 0-63, its V row for 64-127; zeros for a key
-/// past the item's range or on a page outside the pool) and arrive on the stage's full barrier
-/// when the copies land. `tiles`: the block's tile counter.
+/// past the item's range or on a page outside the pool; the K warps' lanes 0 write the stage's
+/// presence mask), and arrive on the stage's full barrier once the copies have landed and are
+/// fenced for the tensor cores (one tile later). `tiles`: the block's tile counter.
 #[inline(always)]
 unsafe fn produce_item<Q, const D: usize>(
     ptr: &TiledPointers<Q>,
@@ -177,13 +176,24 @@ unsafe fn produce_item<Q, const D: usize>(
     let pages = FastDiv::new(p.page_size);
     // Keys of other query tiles of the sequence are read again: no evict-first policy.
     let hint = CopyHint { prefetch_256: true, evict_first: None };
+    // This thread's page-table entry for tile i, loaded a tile ahead (its latency off the chain).
+    let entry = |i: u32| -> i32 {
+        let j = lo + i * TILE_KEYS + token;
+        if j < hi {
+            *page_table.add(pages.div(j) as usize)
+        } else {
+            -1
+        }
+    };
+    let mut next_page = entry(0);
+    let mut previous_full = 0;
     let mut i = 0;
     while i < num_tiles {
         let slot = RingSlot::of(*tiles);
         *tiles += 1;
-        let j = lo + i * TILE_KEYS + token;
-        let (page_slot, in_page) = pages.div_rem(j);
-        let page = if j < hi { *page_table.add(page_slot as usize) } else { -1 };
+        let in_page = pages.div_rem(lo + i * TILE_KEYS + token).1;
+        let page = next_page;
+        next_page = entry(i + 1);
         let valid = page_is_valid(page, p.total_pages);
         let src = if valid {
             kv.add((page as usize * p.page_size as usize + in_page as usize) * token_stride + head_offset)
@@ -205,15 +215,28 @@ unsafe fn produce_item<Q, const D: usize>(
                 cp_async_16(dst, src.add(c as usize * 16), valid, hint);
             }
         });
+        commit_group();
         if !is_v {
             let bits = warp_ballot(valid);
             if lane_id() == 0 {
                 *smem.presence(slot.stage).add((tid / WARP_SIZE) as usize) = bits;
-                barrier::arrive(full);
             }
         }
-        barrier::arrive_after_copies(full);
+        // The previous tile's copies have landed: fence them for the tensor cores' reads (async
+        // proxy) and signal its stage. Here rather than in the consumers, whose critical path the
+        // fence would lengthen; one tile behind, so this thread's copies stay in flight meanwhile.
+        if i > 0 {
+            wait_group::<1>();
+            wgmma::fence_proxy_async_shared();
+            barrier::arrive(previous_full);
+        }
+        previous_full = full;
         i += 1;
+    }
+    if num_tiles > 0 {
+        wait_all();
+        wgmma::fence_proxy_async_shared();
+        barrier::arrive(previous_full);
     }
 }
 
@@ -328,49 +351,100 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let mut o = [[0.0f32; 4]; NTILES];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0.0f32; 2];
-    let mut i = 0;
-    while i < num_tiles {
-        let slot = RingSlot::of(*tiles);
-        *tiles += 1;
-        let tile_base = lo + i * TILE_KEYS;
-        // Consumer-uniform: whether any of its rows sees a key of the tile.
-        let seen = tile_base < c_hi && tile_base + TILE_KEYS > c_lo;
-        barrier::wait_parity(smem.full_k(slot.stage), slot.parity);
-        let presence = smem.presence(slot.stage);
+    // The tiles this consumer's rows see, `[ia, ib)` (contiguous: the rows' key ranges are
+    // intervals that grow with the row); the others are waited for and released unread.
+    let first_tile = *tiles;
+    *tiles += num_tiles;
+    let slot = |i: u32| RingSlot::of(first_tile + i);
+    let tile_base = |i: u32| lo + i * TILE_KEYS;
+    let (ia, ib) = if c_lo < c_hi {
+        let ia = (c_lo.max(lo) - lo) / TILE_KEYS;
+        (ia, (c_hi - lo).div_ceil(TILE_KEYS).min(num_tiles).max(ia))
+    } else {
+        (0, 0)
+    };
+    let skip = |i: u32| {
+        let t = slot(i);
+        barrier::wait_parity(smem.full_k(t.stage), t.parity);
+        barrier::arrive(smem.empty_k(t.stage));
+        barrier::wait_parity(smem.full_v(t.stage), t.parity);
+        barrier::arrive(smem.empty_v(t.stage));
+    };
+    for i in 0..ia {
+        skip(i);
+    }
+    // S = Q Kᵀ of tile i issued (the tensor cores run it while the warps go on).
+    let issue_s = |i: u32, s: &mut [[f32; 4]; 8]| {
+        let t = slot(i);
+        barrier::wait_parity(smem.full_k(t.stage), t.parity);
+        let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
+        wgmma::keep_accumulator(acc);
+        wgmma::fence();
+        // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
+        let k_desc = wgmma::descriptor(smem.k(t.stage), 16, 8 * 128, wgmma::Swizzle::Bytes128);
+        unroll::<KSTEPS>(|k| {
+            let step = (k as u32 % 4) * 32;
+            let kd = wgmma::advance(k_desc, (k as u32 / 4) * TILE_KEYS * 128 + step);
+            let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
+            wgmma::mma_m64n64k16_ss::<Q, 0>(acc, qd, kd, k > 0);
+        });
+        wgmma::commit_group();
+    };
+    // The tile's presence bits, its logit transform, masks and softmax weights: P into `pa`,
+    // the rescale O still needs returned.
+    let softmax = |i: u32, s: &mut [[f32; 4]; 8], m: &mut [f32; 2], l: &mut [f32; 2], pa: &mut [[u32; 4]; 4]| {
+        let presence = smem.presence(slot(i).stage);
         let present = [*presence, *presence.add(1)];
+        // K is read: the producer may refill its stage.
+        barrier::arrive(smem.empty_k(slot(i).stage));
+        mask_logits(s, tile_base(i), present, &rows, &logit, p);
+        online_softmax_weights::<Q, 8, 4>(s, logit.exp_scale, m, l, pa)
+    };
+    // The FA3 order: S of tile i is issued, then O += P V of tile i - 1 behind it; the softmax of
+    // tile i runs while that P V does. Tile ia is peeled off the loop so that inside it every tile
+    // issues both products unconditionally (with the P V behind a branch ptxas cannot tell which
+    // group a `wait_group 1` retires and serializes every wgmma: benchmarks/NOTES.md "v5").
+    let mut pa = [[0u32; 4]; 4];
+    if ia < ib {
         let mut s = [[0.0f32; 4]; 8];
-        if seen {
-            // The copies (generic proxy) become visible to the tensor cores' reads (async proxy).
-            wgmma::fence_proxy_async_shared();
-            let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
-            wgmma::keep_accumulator(acc);
-            wgmma::fence();
-            // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
-            let k_desc = wgmma::descriptor(smem.k(slot.stage), 16, 8 * 128, wgmma::Swizzle::Bytes128);
-            unroll::<KSTEPS>(|k| {
-                let step = (k as u32 % 4) * 32;
-                let kd = wgmma::advance(k_desc, (k as u32 / 4) * TILE_KEYS * 128 + step);
-                let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
-                wgmma::mma_m64n64k16_ss::<Q, 0>(acc, qd, kd, k > 0);
-            });
-            wgmma::commit_group();
-            wgmma::wait_group::<0>();
-            wgmma::keep_accumulator(acc);
-        }
-        barrier::arrive(smem.empty_k(slot.stage));
-        let mut pa = [[0u32; 4]; 4];
-        if seen {
-            mask_and_softmax::<Q, NTILES>(
-                &mut s, tile_base, present, &rows, &logit, p, &mut m, &mut l, &mut o, &mut pa,
-            );
-        }
-        barrier::wait_parity(smem.full_v(slot.stage), slot.parity);
-        if seen {
-            wgmma::fence_proxy_async_shared();
-            wgmma_pv::<Q, NTILES>(&mut o, &pa, smem.v(slot.stage));
-        }
-        barrier::arrive(smem.empty_v(slot.stage));
+        issue_s(ia, &mut s);
+        wgmma::wait_group::<0>();
+        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
+        let rescale = softmax(ia, &mut s, &mut m, &mut l, &mut pa);
+        rescale.apply(&mut o);
+    }
+    let mut i = ia + 1;
+    while i < ib {
+        let mut s = [[0.0f32; 4]; 8];
+        issue_s(i, &mut s);
+        let prev = slot(i - 1);
+        barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
+        wgmma_pv_issue::<Q, NTILES>(&mut o, &pa, smem.v(prev.stage));
+        // S done; the P V may still run.
+        wgmma::wait_group::<1>();
+        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
+        let mut pa_next = [[0u32; 4]; 4];
+        let rescale = softmax(i, &mut s, &mut m, &mut l, &mut pa_next);
+        // The P V of tile i - 1 has finished writing O and reading its stage and P.
+        wgmma::wait_group::<0>();
+        keep_o(&mut o);
+        wgmma::keep_fragments(&mut pa);
+        barrier::arrive(smem.empty_v(prev.stage));
+        rescale.apply(&mut o);
+        pa = pa_next;
         i += 1;
+    }
+    if ia < ib {
+        let last = slot(ib - 1);
+        barrier::wait_parity(smem.full_v(last.stage), last.parity);
+        wgmma_pv_issue::<Q, NTILES>(&mut o, &pa, smem.v(last.stage));
+        wgmma::wait_group::<0>();
+        keep_o(&mut o);
+        wgmma::keep_fragments(&mut pa);
+        barrier::arrive(smem.empty_v(last.stage));
+    }
+    for i in ib..num_tiles {
+        skip(i);
     }
 
     // Each warp owns its rows: normalize and write them.
@@ -406,8 +480,8 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let tid = thread_idx_x();
     if tid == 0 {
         for stage in 0..WS_STAGES {
-            barrier::init(smem.full_k(stage), FULL_K_ARRIVALS);
-            barrier::init(smem.full_v(stage), FULL_V_ARRIVALS);
+            barrier::init(smem.full_k(stage), FULL_ARRIVALS);
+            barrier::init(smem.full_v(stage), FULL_ARRIVALS);
             barrier::init(smem.empty_k(stage), EMPTY_ARRIVALS);
             barrier::init(smem.empty_v(stage), EMPTY_ARRIVALS);
         }
