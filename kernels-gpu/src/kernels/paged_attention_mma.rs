@@ -152,7 +152,7 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
     o: &mut [[f32; 4]; NTILES],
     pa: &mut [[u32; 4]; KS],
 ) {
-    online_softmax_core::<Q, NTILES, KN, KS, false>(s, exp_scale, m, l, o, pa);
+    online_softmax_core::<Q, NTILES, KN, KS>(s, exp_scale, m, l, o, pa);
 }
 
 /// The accumulator rescale an online-softmax step asks for: `corr` per row (`g`, `g + 8`), and
@@ -179,35 +179,71 @@ impl Rescale {
     }
 }
 
-/// [`online_softmax_steps`] without touching the accumulators: updates `m` and `l`, writes P and
-/// returns the rescale O still needs (a caller whose O is being written by an asynchronous
-/// `wgmma` applies it once that has completed).
+/// An online-softmax step like [`online_softmax_steps`] that leaves the weights in `s` as f32 (`exp2((s - ref) * exp_scale)`)
+/// instead of packing them into P, and returns O's rescale instead of applying it: a caller with a `wgmma` in flight packs them
+/// ([`pack_weights`]) once it has completed (ptxas 13.0, the JIT of driver 580, serializes every
+/// `wgmma` of a kernel where registers of a later one's A operand are written while one is in
+/// flight).
 #[inline(always)]
-pub(crate) fn online_softmax_weights<Q: MmaElement, const KN: usize, const KS: usize>(
-    s: &[[f32; 4]; KN],
+pub(crate) fn online_softmax_weights_f32<const KN: usize>(
+    s: &mut [[f32; 4]; KN],
     exp_scale: f32,
     m: &mut [f32; 2],
     l: &mut [f32; 2],
-    pa: &mut [[u32; 4]; KS],
 ) -> Rescale {
-    let mut unused = [[0.0f32; 4]; 0];
-    online_softmax_core::<Q, 0, KN, KS, true>(s, exp_scale, m, l, &mut unused, pa)
+    let mut rescale = Rescale { corr: [1.0; 2], any: false };
+    unroll::<2>(|ri| {
+        let mut part = [f32::NEG_INFINITY; KN];
+        unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
+        let local = tree_fold::<KN>(&mut part, max_f32);
+        let m_max = max_f32(m[ri], quad_max(local));
+        // As in `online_softmax_core`: the lazy reference and the -inf guard.
+        let m_new = if (m_max - m[ri]) * exp_scale > RESCALE_THRESHOLD_LOG2 { m_max } else { m[ri] };
+        let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+        let neg_ref = -m_ref * exp_scale;
+        if warp_any(m_new != m[ri]) {
+            let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
+            l[ri] *= corr;
+            rescale.corr[ri] = corr;
+            rescale.any = true;
+        }
+        m[ri] = m_new;
+        let mut sums = [0.0f32; KN];
+        unroll::<KN>(|nt| {
+            let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref));
+            let w1 = exp2_approx(fma_f32(s[nt][2 * ri + 1], exp_scale, neg_ref));
+            sums[nt] = w0 + w1;
+            s[nt][2 * ri] = w0;
+            s[nt][2 * ri + 1] = w1;
+        });
+        l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
+    });
+    rescale
 }
 
-/// The step itself: with `DEFER` the rescale of O is returned, else applied to `o` where it is
-/// computed (the mma.sync kernels sit at their register limit: a factor kept alive past the
-/// weights made ptxas spill).
+/// The weights of [`online_softmax_weights_f32`] rounded to q's dtype as P, the A operand of
+/// `O += P V` (`pa[ks]`: keys `16 ks .. 16 ks + 16`).
 #[inline(always)]
-fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, const KS: usize, const DEFER: bool>(
+pub(crate) fn pack_weights<Q: MmaElement, const KN: usize, const KS: usize>(
+    s: &[[f32; 4]; KN],
+    pa: &mut [[u32; 4]; KS],
+) {
+    const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
+    unroll::<2>(|ri| unroll::<KN>(|nt| pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(s[nt][2 * ri], s[nt][2 * ri + 1])));
+}
+
+/// The step itself (the rescale factor applied where it is computed: the mma.sync kernels sit at
+/// their register limit, and a factor kept alive past the weights made ptxas spill).
+#[inline(always)]
+fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, const KS: usize>(
     s: &[[f32; 4]; KN],
     exp_scale: f32,
     m: &mut [f32; 2],
     l: &mut [f32; 2],
     o: &mut [[f32; 4]; NTILES],
     pa: &mut [[u32; 4]; KS],
-) -> Rescale {
+) {
     const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
-    let mut rescale = Rescale { corr: [1.0; 2], any: false };
     unroll::<2>(|ri| {
         // Max and sum as trees (a linear fold is a chain of 2 KN dependent instructions; with two
         // warps per scheduler their latency is not hidden).
@@ -230,15 +266,10 @@ fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, cons
         if warp_any(m_new != m[ri]) {
             let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
             l[ri] *= corr;
-            if DEFER {
-                rescale.corr[ri] = corr;
-                rescale.any = true;
-            } else {
-                unroll::<NTILES>(|nt| {
-                    o[nt][2 * ri] *= corr;
-                    o[nt][2 * ri + 1] *= corr;
-                });
-            }
+            unroll::<NTILES>(|nt| {
+                o[nt][2 * ri] *= corr;
+                o[nt][2 * ri + 1] *= corr;
+            });
         }
         m[ri] = m_new;
         let mut sums = [0.0f32; KN];
@@ -250,7 +281,6 @@ fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, cons
         });
         l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
     });
-    rescale
 }
 
 /// How far (in exp2 units) a row's max may rise above the softmax's running reference before the

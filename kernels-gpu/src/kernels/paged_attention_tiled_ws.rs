@@ -33,7 +33,7 @@ use crate::thread::{block_idx_y, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 
-use super::paged_attention_mma::{online_softmax_weights, quad_sum};
+use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights, quad_sum};
 use super::paged_attention_tiled::{
     for_each_item, keep_o, mask_logits, rows_visit_range, wgmma_pv_issue, LogitScale, TiledPointers, WarpRows,
     NO_SEQUENCE, TILE_KEYS,
@@ -390,15 +390,15 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         });
         wgmma::commit_group();
     };
-    // The tile's presence bits, its logit transform, masks and softmax weights: P into `pa`,
-    // the rescale O still needs returned.
-    let softmax = |i: u32, s: &mut [[f32; 4]; 8], m: &mut [f32; 2], l: &mut [f32; 2], pa: &mut [[u32; 4]; 4]| {
+    // The tile's presence bits, its logit transform, masks and softmax weights (f32, in `s`;
+    // packed into P by the caller once no wgmma is in flight); returns the rescale O still needs.
+    let softmax = |i: u32, s: &mut [[f32; 4]; 8], m: &mut [f32; 2], l: &mut [f32; 2]| {
         let presence = smem.presence(slot(i).stage);
         let present = [*presence, *presence.add(1)];
         // K is read: the producer may refill its stage.
         barrier::arrive(smem.empty_k(slot(i).stage));
         mask_logits(s, tile_base(i), present, &rows, &logit, p);
-        online_softmax_weights::<Q, 8, 4>(s, logit.exp_scale, m, l, pa)
+        online_softmax_weights_f32::<8>(s, logit.exp_scale, m, l)
     };
     // The FA3 order: S of tile i is issued, then O += P V of tile i - 1 behind it; the softmax of
     // tile i runs while that P V does. Tile ia is peeled off the loop so that inside it every tile
@@ -410,8 +410,9 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         issue_s(ia, &mut s);
         wgmma::wait_group::<0>();
         wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
-        let rescale = softmax(ia, &mut s, &mut m, &mut l, &mut pa);
+        let rescale = softmax(ia, &mut s, &mut m, &mut l);
         rescale.apply(&mut o);
+        pack_weights::<Q, 8, 4>(&s, &mut pa);
     }
     let mut i = ia + 1;
     while i < ib {
@@ -423,15 +424,14 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
         wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
-        let mut pa_next = [[0u32; 4]; 4];
-        let rescale = softmax(i, &mut s, &mut m, &mut l, &mut pa_next);
+        let rescale = softmax(i, &mut s, &mut m, &mut l);
         // The P V of tile i - 1 has finished writing O and reading its stage and P.
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);
         barrier::arrive(smem.empty_v(prev.stage));
         rescale.apply(&mut o);
-        pa = pa_next;
+        pack_weights::<Q, 8, 4>(&s, &mut pa);
         i += 1;
     }
     if ia < ib {
