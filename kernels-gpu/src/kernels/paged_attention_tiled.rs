@@ -38,7 +38,7 @@ use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, grid_dim_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention_mma::{online_softmax_steps, online_softmax_weights_f32, pack_weights, quad_sum};
+use super::paged_attention_mma::{online_softmax_steps, quad_sum};
 use super::unroll;
 use crate::wgmma;
 
@@ -565,89 +565,10 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             commit_group();
         }
     }
-    // WG: the FA3 order (benchmarks/NOTES.md "v5b"): S of tile i is issued, then O += P V of
-    // tile i - 1 behind it, and the softmax of tile i runs while that P V does. Its weights stay
-    // f32 in S's registers until the P V has completed, then become P: ptxas 13.0 (the JIT of
-    // driver 580) serializes every wgmma of a kernel that writes a later wgmma's A operand while
-    // one is in flight. The copies of tile i + 2 go out at the tile's end, after a barrier (the
-    // P V of tile i - 1 read their stage). Tile 0 is peeled off the loop, so every tile inside
-    // issues both products unconditionally (else ptxas cannot tell which group a
-    // `wait_group 1` retires, and serializes).
-    if WG {
-        let rows = WarpRows { win, all_first: warp_all_first, all_end: warp_all_end };
-        let mut pa = [[0u32; 4]; 4];
-        let mut tile = #[inline(always)]
-        |i: u32, first: bool| {
-            // Tile i has landed (TILE_STAGES - 2 later groups may still be in flight); its
-            // cp.async writes (generic proxy) become visible to the wgmma reads.
-            wait_group::<{ TILE_STAGES - 2 }>();
-            wgmma::fence_proxy_async_shared();
-            sync_threads();
-            let tile_base = lo + i * TILE_KEYS;
-            let stage = smem_base + (i % TILE_STAGES) * stage_bytes;
-            let mut s = [[0.0f32; 4]; 8];
-            let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
-            wgmma::keep_accumulator(acc);
-            wgmma::fence();
-            let k_desc = wgmma::descriptor(stage, 16, 8 * 128, wgmma::Swizzle::Bytes128);
-            unroll::<KSTEPS>(|k| {
-                let step = (k as u32 % 4) * 32;
-                let desc = wgmma::advance(k_desc, (k as u32 / 4) * TILE_KEYS * 128 + step);
-                let q_desc = wgmma::advance(q_desc0, (k as u32 / 4) * TILE_M * 128 + step);
-                wgmma::mma_m64n64k16_ss::<Q, 0>(acc, q_desc, desc, k > 0);
-            });
-            wgmma::commit_group();
-            if !first {
-                let previous = smem_base + ((i - 1) % TILE_STAGES) * stage_bytes;
-                wgmma_pv_issue::<Q, NTILES>(&mut o, &pa, previous + TILE_KEYS * row_bytes);
-            }
-            let this_lane_pages = lane_pages(i);
-            let this_copy_pages = copy_pages(i + TILE_STAGES - 1);
-            // Bit k: key tile_base + k is in range and on a valid page.
-            let present = [warp_ballot(on_pool(this_lane_pages[0])), warp_ballot(on_pool(this_lane_pages[1]))];
-            // S done; the previous tile's P V may still run.
-            if first {
-                wgmma::wait_group::<0>();
-            } else {
-                wgmma::wait_group::<1>();
-            }
-            wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
-            mask_logits(&mut s, tile_base, present, &rows, &logit, p);
-            let rescale = online_softmax_weights_f32::<8>(&mut s, logit.exp_scale, &mut m, &mut l);
-            // The previous tile's P V has finished writing O and reading its stage and P.
-            wgmma::wait_group::<0>();
-            keep_o(&mut o);
-            wgmma::keep_fragments(&mut pa);
-            rescale.apply(&mut o);
-            pack_weights::<Q, 8, 4>(&s, &mut pa);
-            // Every warp's P V of tile i - 1 is done: its stage takes the copies of tile i + 2.
-            sync_threads();
-            if i + TILE_STAGES - 1 < num_tiles {
-                issue(i + TILE_STAGES - 1, this_copy_pages);
-            } else {
-                commit_group();
-            }
-        };
-        if num_tiles > 0 {
-            tile(0, true);
-        }
-        for i in 1..num_tiles {
-            tile(i, false);
-        }
-        if num_tiles > 0 {
-            let last = smem_base + ((num_tiles - 1) % TILE_STAGES) * stage_bytes;
-            wgmma_pv_issue::<Q, NTILES>(&mut o, &pa, last + TILE_KEYS * row_bytes);
-            wgmma::wait_group::<0>();
-            keep_o(&mut o);
-            wgmma::keep_fragments(&mut pa);
-        }
-    }
-    // The mma.sync path (the loop below is empty for WG: `num_tiles` of it is 0).
-    let loop_tiles = if WG { 0 } else { num_tiles };
     // Entries for the first copies inside the loop and the first tile's present bits.
     let mut next_copy_pages = if WG { copy_pages(TILE_STAGES - 1) } else { [-1; 2] };
     let mut next_lane_pages = if WG { lane_pages(0) } else { [-1; 2] };
-    for i in 0..loop_tiles {
+    for i in 0..num_tiles {
         // Tile i has landed (TILE_STAGES - 2 later groups may still be in flight).
         wait_group::<{ TILE_STAGES - 2 }>();
         if WG {
