@@ -812,8 +812,8 @@ unsafe fn launch_tiled(
     t: TiledPlan,
 ) -> Result<()> {
     let settings = settings()?;
+    // The tile kernels' copies take a fixed L2 hint: `copy_hint` stays 0.
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
-    params.copy_hint = settings.copy_hint;
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
 
