@@ -59,6 +59,8 @@ const CONSUMER_REGISTERS: u32 = 232;
 const FULL_ARRIVALS: u32 = 64;
 /// Arrivals that empty a stage: every consumer thread, once it has read the stage.
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
+/// Tiles a producer thread keeps in flight before it waits for the oldest and signals it.
+const SIGNAL_LAG: u32 = 2;
 
 /// Query rows per tile item of this kernel for a GQA group.
 pub const fn ws_tile_rows(group: u32) -> u32 {
@@ -186,7 +188,8 @@ unsafe fn produce_item<Q, const D: usize>(
         }
     };
     let mut next_page = entry(0);
-    let mut previous_full = 0;
+    // Full barriers of the tiles issued but not yet signaled (the last SIGNAL_LAG).
+    let mut pending = [0u32; SIGNAL_LAG as usize];
     let mut i = 0;
     while i < num_tiles {
         let slot = RingSlot::of(*tiles);
@@ -222,21 +225,30 @@ unsafe fn produce_item<Q, const D: usize>(
                 *smem.presence(slot.stage).add((tid / WARP_SIZE) as usize) = bits;
             }
         }
-        // The previous tile's copies have landed: fence them for the tensor cores' reads (async
-        // proxy) and signal its stage. Here rather than in the consumers, whose critical path the
-        // fence would lengthen; one tile behind, so this thread's copies stay in flight meanwhile.
-        if i > 0 {
-            wait_group::<1>();
+        // The copies of tile i - 2 have landed: fence them for the tensor cores' reads (async
+        // proxy) and signal their stage. Here rather than in the consumers, whose critical path
+        // the fence would lengthen; two tiles behind, so two tiles' copies stay in flight while
+        // the thread waits (one behind starved the consumers: benchmarks/NOTES.md "v6c"). The
+        // consumers' order allows no more: tile i + 3 waits for the V stage of tile i - 1, which
+        // is released only after the consumers have waited for tile i.
+        if i >= SIGNAL_LAG {
+            wait_group::<SIGNAL_LAG>();
             wgmma::fence_proxy_async_shared();
-            barrier::arrive(previous_full);
+            barrier::arrive(pending[(i % SIGNAL_LAG) as usize]);
         }
-        previous_full = full;
+        pending[(i % SIGNAL_LAG) as usize] = full;
         i += 1;
     }
-    if num_tiles > 0 {
+    // The last tiles' signals, oldest first.
+    if num_tiles >= 2 {
+        wait_group::<1>();
+        wgmma::fence_proxy_async_shared();
+        barrier::arrive(pending[(num_tiles % SIGNAL_LAG) as usize]);
+    }
+    if num_tiles >= 1 {
         wait_all();
         wgmma::fence_proxy_async_shared();
-        barrier::arrive(previous_full);
+        barrier::arrive(pending[((num_tiles - 1) % SIGNAL_LAG) as usize]);
     }
 }
 
