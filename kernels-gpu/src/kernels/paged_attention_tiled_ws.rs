@@ -188,7 +188,9 @@ unsafe fn produce_item<Q, const D: usize>(
         }
     };
     let mut next_page = entry(0);
-    // Full barriers of the tiles issued but not yet signaled (the last SIGNAL_LAG).
+    // Full barriers of the tiles issued but not yet signaled, oldest first (shifted, never indexed
+    // by a run-time value: that would put the array in local memory).
+    const { assert!(SIGNAL_LAG == 2, "the flush below signals two tiles") };
     let mut pending = [0u32; SIGNAL_LAG as usize];
     let mut i = 0;
     while i < num_tiles {
@@ -234,21 +236,21 @@ unsafe fn produce_item<Q, const D: usize>(
         if i >= SIGNAL_LAG {
             wait_group::<SIGNAL_LAG>();
             wgmma::fence_proxy_async_shared();
-            barrier::arrive(pending[(i % SIGNAL_LAG) as usize]);
+            barrier::arrive(pending[0]);
         }
-        pending[(i % SIGNAL_LAG) as usize] = full;
+        pending = [pending[1], full];
         i += 1;
     }
     // The last tiles' signals, oldest first.
     if num_tiles >= 2 {
         wait_group::<1>();
         wgmma::fence_proxy_async_shared();
-        barrier::arrive(pending[(num_tiles % SIGNAL_LAG) as usize]);
+        barrier::arrive(pending[0]);
     }
     if num_tiles >= 1 {
         wait_all();
         wgmma::fence_proxy_async_shared();
-        barrier::arrive(pending[((num_tiles - 1) % SIGNAL_LAG) as usize]);
+        barrier::arrive(pending[1]);
     }
 }
 
