@@ -192,31 +192,23 @@ pub(crate) fn online_softmax_weights_f32<const KN: usize>(
     l: &mut [f32; 2],
 ) -> Rescale {
     let mut rescale = Rescale { corr: [1.0; 2], any: false };
+    let logits = *s;
     unroll::<2>(|ri| {
-        let mut part = [f32::NEG_INFINITY; KN];
-        unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
-        let local = tree_fold::<KN>(&mut part, max_f32);
-        let m_max = max_f32(m[ri], quad_max(local));
-        // As in `online_softmax_core`: the lazy reference and the -inf guard.
-        let m_new = if (m_max - m[ri]) * exp_scale > RESCALE_THRESHOLD_LOG2 { m_max } else { m[ri] };
-        let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        let neg_ref = -m_ref * exp_scale;
-        if warp_any(m_new != m[ri]) {
-            let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
-            l[ri] *= corr;
-            rescale.corr[ri] = corr;
-            rescale.any = true;
-        }
-        m[ri] = m_new;
-        let mut sums = [0.0f32; KN];
-        unroll::<KN>(|nt| {
-            let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref));
-            let w1 = exp2_approx(fma_f32(s[nt][2 * ri + 1], exp_scale, neg_ref));
-            sums[nt] = w0 + w1;
-            s[nt][2 * ri] = w0;
-            s[nt][2 * ri + 1] = w1;
-        });
-        l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
+        softmax_row(
+            &logits,
+            ri,
+            exp_scale,
+            &mut m[ri],
+            &mut l[ri],
+            |corr| {
+                rescale.corr[ri] = corr;
+                rescale.any = true;
+            },
+            |nt, w0, w1| {
+                s[nt][2 * ri] = w0;
+                s[nt][2 * ri + 1] = w1;
+            },
+        )
     });
     rescale
 }
@@ -245,42 +237,68 @@ fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, cons
 ) {
     const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
     unroll::<2>(|ri| {
-        // Max and sum as trees (a linear fold is a chain of 2 KN dependent instructions; with two
-        // warps per scheduler their latency is not hidden).
-        let mut part = [f32::NEG_INFINITY; KN];
-        unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
-        let local = tree_fold::<KN>(&mut part, max_f32);
-        let m_max = max_f32(m[ri], quad_max(local));
-        // The running reference moves only when the max rose by more than `RESCALE_THRESHOLD_LOG2`
-        // in exp2 units (the first finite max always: -inf to finite is +inf). Weights then stay
-        // at most 2^8: no overflow, the same relative rounding, and O and l keep one reference, so
-        // the final O / l is unchanged; the rescale below is skipped on almost every tile once a
-        // row has seen its first keys, where an exact max moves on most tiles of a 16-row warp.
-        let m_new = if (m_max - m[ri]) * exp_scale > RESCALE_THRESHOLD_LOG2 { m_max } else { m[ri] };
-        // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
-        let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-        // Weights exp2(s * exp_scale - m_ref * exp_scale): one fma each.
-        let neg_ref = -m_ref * exp_scale;
-        // Skip the rescale unless some row of the warp moved its reference (a warp-uniform branch;
-        // rows that kept theirs have corr = 1).
-        if warp_any(m_new != m[ri]) {
-            let corr = exp2_approx(fma_f32(m[ri], exp_scale, neg_ref));
-            l[ri] *= corr;
-            unroll::<NTILES>(|nt| {
-                o[nt][2 * ri] *= corr;
-                o[nt][2 * ri + 1] *= corr;
-            });
-        }
-        m[ri] = m_new;
-        let mut sums = [0.0f32; KN];
-        unroll::<KN>(|nt| {
-            let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref));
-            let w1 = exp2_approx(fma_f32(s[nt][2 * ri + 1], exp_scale, neg_ref));
-            sums[nt] = w0 + w1;
-            pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(w0, w1);
-        });
-        l[ri] += tree_fold::<KN>(&mut sums, |a, b| a + b);
+        softmax_row(
+            s,
+            ri,
+            exp_scale,
+            &mut m[ri],
+            &mut l[ri],
+            |corr| {
+                unroll::<NTILES>(|nt| {
+                    o[nt][2 * ri] *= corr;
+                    o[nt][2 * ri + 1] *= corr;
+                })
+            },
+            |nt, w0, w1| pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(w0, w1),
+        )
     });
+}
+
+/// One row (`ri`: the lane's row g or g + 8) of an online-softmax step over `8 KN` keys: the
+/// row's max, its running reference `m` (moved lazily, see below), `on_move(corr)` when some row
+/// of the warp moved its reference (`l` already rescaled; rows that kept theirs get corr = 1),
+/// then `weight(nt, w0, w1)` with the weights of n-tile `nt`'s two keys, summed into `l`.
+#[inline(always)]
+fn softmax_row<const KN: usize>(
+    s: &[[f32; 4]; KN],
+    ri: usize,
+    exp_scale: f32,
+    m: &mut f32,
+    l: &mut f32,
+    on_move: impl FnOnce(f32),
+    mut weight: impl FnMut(usize, f32, f32),
+) {
+    // Max and sum as trees (a linear fold is a chain of 2 KN dependent instructions; with two
+    // warps per scheduler their latency is not hidden).
+    let mut part = [f32::NEG_INFINITY; KN];
+    unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
+    let local = tree_fold::<KN>(&mut part, max_f32);
+    let m_max = max_f32(*m, quad_max(local));
+    // The running reference moves only when the max rose by more than `RESCALE_THRESHOLD_LOG2`
+    // in exp2 units (the first finite max always: -inf to finite is +inf). Weights then stay at
+    // most 2^8: no overflow, the same relative rounding, and O and l keep one reference, so the
+    // final O / l is unchanged; the rescale is skipped on almost every tile once a row has seen
+    // its first keys, where an exact max moves on most tiles of a 16-row warp.
+    let m_new = if (m_max - *m) * exp_scale > RESCALE_THRESHOLD_LOG2 { m_max } else { *m };
+    // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
+    let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+    // Weights exp2(s * exp_scale - m_ref * exp_scale): one fma each.
+    let neg_ref = -m_ref * exp_scale;
+    // A warp-uniform branch: skipped unless some row of the warp moved its reference.
+    if warp_any(m_new != *m) {
+        let corr = exp2_approx(fma_f32(*m, exp_scale, neg_ref));
+        *l *= corr;
+        on_move(corr);
+    }
+    *m = m_new;
+    let mut sums = [0.0f32; KN];
+    unroll::<KN>(|nt| {
+        let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref));
+        let w1 = exp2_approx(fma_f32(s[nt][2 * ri + 1], exp_scale, neg_ref));
+        sums[nt] = w0 + w1;
+        weight(nt, w0, w1);
+    });
+    *l += tree_fold::<KN>(&mut sums, |a, b| a + b);
 }
 
 /// How far (in exp2 units) a row's max may rise above the softmax's running reference before the
