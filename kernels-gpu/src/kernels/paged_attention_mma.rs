@@ -273,24 +273,29 @@ fn softmax_row<const KN: usize>(
     let mut part = [f32::NEG_INFINITY; KN];
     unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
     let local = tree_fold::<KN>(&mut part, max_f32);
-    let m_max = max_f32(*m, quad_max(local));
     // The running reference moves only when the max rose by more than `RESCALE_THRESHOLD_LOG2`
     // in exp2 units (the first finite max always: -inf to finite is +inf). Weights then stay at
     // most 2^8: no overflow, the same relative rounding, and O and l keep one reference, so the
     // final O / l is unchanged; the rescale is skipped on almost every tile once a row has seen
-    // its first keys, where an exact max moves on most tiles of a 16-row warp.
-    let m_new = if (m_max - *m) * exp_scale > RESCALE_THRESHOLD_LOG2 { m_max } else { *m };
-    // All -inf so far: use 0 as the reference so exp gives 0, never NaN.
-    let m_ref = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-    // Weights exp2(s * exp_scale - m_ref * exp_scale): one fma each.
-    let neg_ref = -m_ref * exp_scale;
-    // A warp-uniform branch: skipped unless some row of the warp moved its reference.
-    if warp_any(m_new != *m) {
+    // its first keys, where an exact max moves on most tiles of a 16-row warp. Whether any lane's
+    // own max rose that far is one vote; only then does the row's max across its quad (two
+    // shuffles on the softmax's critical path) get computed: the same reference as from the
+    // row's max every time, since the row's max rose that far exactly when one of its lanes' did.
+    let rose = |max: f32| (max - *m) * exp_scale > RESCALE_THRESHOLD_LOG2;
+    // The reference in exp2 units, negated (all -inf so far: 0, so exp gives 0, never NaN).
+    let neg_ref_of = |m_new: f32| -(if m_new == f32::NEG_INFINITY { 0.0 } else { m_new }) * exp_scale;
+    let mut neg_ref = neg_ref_of(*m);
+    // Warp-uniform branches: rare once the rows have seen their first keys.
+    if warp_any(rose(local)) {
+        let m_max = max_f32(*m, quad_max(local));
+        let m_new = if rose(m_max) { m_max } else { *m };
+        neg_ref = neg_ref_of(m_new);
+        // Rows that kept their reference get corr = 1.
         let corr = exp2_approx(fma_f32(*m, exp_scale, neg_ref));
         *l *= corr;
         on_move(corr);
+        *m = m_new;
     }
-    *m = m_new;
     let mut sums = [0.0f32; KN];
     unroll::<KN>(|nt| {
         let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref));
