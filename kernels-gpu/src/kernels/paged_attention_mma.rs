@@ -152,7 +152,25 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
     o: &mut [[f32; 4]; NTILES],
     pa: &mut [[u32; 4]; KS],
 ) {
-    online_softmax_core::<Q, NTILES, KN, KS>(s, exp_scale, m, l, o, pa);
+    // The rescale applied where its factor is computed: the mma.sync kernels sit at their
+    // register limit, and a factor kept alive past the weights made ptxas spill.
+    const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
+    unroll::<2>(|ri| {
+        softmax_row(
+            s,
+            ri,
+            exp_scale,
+            &mut m[ri],
+            &mut l[ri],
+            |corr| {
+                unroll::<NTILES>(|nt| {
+                    o[nt][2 * ri] *= corr;
+                    o[nt][2 * ri + 1] *= corr;
+                })
+            },
+            |nt, w0, w1| pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(w0, w1),
+        )
+    });
 }
 
 /// The accumulator rescale an online-softmax step asks for: `corr` per row (`g`, `g + 8`), and
@@ -179,11 +197,11 @@ impl Rescale {
     }
 }
 
-/// An online-softmax step like [`online_softmax_steps`] that leaves the weights in `s` as f32 (`exp2((s - ref) * exp_scale)`)
-/// instead of packing them into P, and returns O's rescale instead of applying it: a caller with a `wgmma` in flight packs them
-/// ([`pack_weights`]) once it has completed (ptxas 13.0, the JIT of driver 580, serializes every
-/// `wgmma` of a kernel where registers of a later one's A operand are written while one is in
-/// flight).
+/// An online-softmax step like [`online_softmax_steps`] that leaves the weights in `s` as f32
+/// (`exp2((s - ref) * exp_scale)`) instead of packing them into P, and returns O's rescale instead
+/// of applying it: a caller with a `wgmma` in flight packs them ([`pack_weights`]) once it has
+/// completed (ptxas 13.0, the JIT of driver 580, serializes every `wgmma` of a kernel where
+/// registers of a later one's A operand are written while one is in flight).
 #[inline(always)]
 pub(crate) fn online_softmax_weights_f32<const KN: usize>(
     s: &mut [[f32; 4]; KN],
@@ -222,36 +240,6 @@ pub(crate) fn pack_weights<Q: MmaElement, const KN: usize, const KS: usize>(
 ) {
     const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
     unroll::<2>(|ri| unroll::<KN>(|nt| pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(s[nt][2 * ri], s[nt][2 * ri + 1])));
-}
-
-/// The step itself (the rescale factor applied where it is computed: the mma.sync kernels sit at
-/// their register limit, and a factor kept alive past the weights made ptxas spill).
-#[inline(always)]
-fn online_softmax_core<Q: MmaElement, const NTILES: usize, const KN: usize, const KS: usize>(
-    s: &[[f32; 4]; KN],
-    exp_scale: f32,
-    m: &mut [f32; 2],
-    l: &mut [f32; 2],
-    o: &mut [[f32; 4]; NTILES],
-    pa: &mut [[u32; 4]; KS],
-) {
-    const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
-    unroll::<2>(|ri| {
-        softmax_row(
-            s,
-            ri,
-            exp_scale,
-            &mut m[ri],
-            &mut l[ri],
-            |corr| {
-                unroll::<NTILES>(|nt| {
-                    o[nt][2 * ri] *= corr;
-                    o[nt][2 * ri + 1] *= corr;
-                })
-            },
-            |nt, w0, w1| pa[nt / 2][2 * (nt % 2) + ri] = Q::pack2(w0, w1),
-        )
-    });
 }
 
 /// One row (`ri`: the lane's row g or g + 8) of an online-softmax step over `8 KN` keys: the

@@ -359,58 +359,32 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let nq = p.num_q_heads as usize;
     let tid = thread_idx_x();
     if seq == NO_SEQUENCE {
-        // The heads of `g` are `group * D` contiguous elements of each row.
-        let words_per_row = group * D as u32 / 2;
-        let mut idx = tid;
-        while idx < rc * words_per_row {
-            let (r, w) = (idx / words_per_row, idx % words_per_row);
-            let row = ptr.out.add(((r0 + r) as usize * nq + (g * group) as usize) * D) as *mut u32;
-            *row.add(w as usize) = 0;
-            idx += TILE_THREADS;
-        }
+        zero_item_rows::<Q, D>(ptr, p, r0, rc, tid, TILE_THREADS);
         return;
     }
 
     let lane = lane_id();
     let warp = tid / WARP_SIZE;
     let cq = (lane % 4) as usize;
-    let include_masked = p.include_masked != 0;
-    let (seq_start, seq_end) = (*ptr.cu_q_lens.add(seq as usize), *ptr.cu_q_lens.add(seq as usize + 1));
-    let kv_len_raw = *ptr.kv_lens.add(seq as usize);
-    let max_kv = p.pages_per_seq * p.page_size;
-    let window_of = |r: u32| row_window((r0 + r) as i32, seq_start, seq_end, kv_len_raw, max_kv, p.sliding_window);
-    let empty = RowWindow { kv_len: 0, first: 0, end: 0 };
+    let item = ItemRows::load(ptr, p, seq, r0, rc);
 
     // Warp w owns M rows 16w .. 16w + 16 (a short item's rows are all warp 0's: the others only
-    // copy, which keeps a decode row memory bound rather than split four ways and merged).
+    // copy, which keeps a decode row memory bound rather than split four ways and merged). This
+    // lane's two M rows (g and g + 8 of the mma fragments), their windows, and the keys every row
+    // of the warp sees (the latest first key, the earliest end: tiles inside need no mask).
     let m_base = warp * 16;
-    // This lane's two M rows (g and g + 8 of the mma fragments) and their windows.
-    let m_rows = [m_base + lane / 4, m_base + lane / 4 + 8];
-    let mut win = [empty; 2];
+    let (m_rows, rows) = item.warp_rows(m_base, group);
     let mut q_rows: [Option<*const Q>; 2] = [None; 2];
     unroll::<2>(|ri| {
         let r = m_rows[ri] / group;
         if r < rc {
-            win[ri] = window_of(r);
             let h = (g * group + m_rows[ri] % group) as usize;
             q_rows[ri] = Some(ptr.q.add(((r0 + r) as usize * nq + h) * D));
         }
     });
     // Keys the item visits, and those the warp's own rows visit.
-    let (lo, hi) = rows_visit_range(&window_of(0), &window_of(rc - 1), include_masked);
-    // Also the keys every row of the warp sees (the latest first key, the earliest end): tiles
-    // inside need no mask.
-    let (warp_lo, warp_hi, warp_all_first, warp_all_end) = {
-        let ra = m_base / group;
-        if ra < rc {
-            let rb = ((m_base + 15) / group).min(rc - 1);
-            let (wa, wb) = (window_of(ra), window_of(rb));
-            let (lo, hi) = rows_visit_range(&wa, &wb, include_masked);
-            (lo, hi, wb.first, wa.end)
-        } else {
-            (0, 0, 0, 0)
-        }
-    };
+    let (lo, hi) = item.keys();
+    let (warp_lo, warp_hi, _, _) = item.m_rows_keys(m_base, 16, group);
 
     // Q as mma.sync A fragments (the WG path reads Q from shared memory instead, below).
     let mut qa = [[0u32; 4]; KSTEPS];
@@ -633,7 +607,6 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             });
         }
         let mut pa = [[0u32; 4]; 4];
-        let rows = WarpRows { win, all_first: warp_all_first, all_end: warp_all_end };
         mask_and_softmax::<Q, NTILES>(&mut s, tile_base, present, &rows, &logit, p, &mut m, &mut l, &mut o, &mut pa);
         if WG {
             wgmma_pv::<Q, NTILES>(&mut o, &pa, stage + TILE_KEYS * row_bytes);
@@ -655,23 +628,152 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     wait_all();
     sync_threads();
 
-    let out_row = |mr: u32| -> *mut Q {
-        let (r, h) = (mr / group, g * group + mr % group);
-        ptr.out.add(((r0 + r) as usize * nq + h as usize) * D)
-    };
     // Each warp owns its rows: normalize and write them.
+    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, m_rows, &l, &o);
+    sync_threads();
+}
+
+/// An item's rows `[r0, r0 + rc)` of one sequence and the keys each may see, from the device
+/// metadata (read once per item).
+#[derive(Clone, Copy)]
+pub(crate) struct ItemRows {
+    r0: u32,
+    rc: u32,
+    seq_start: i32,
+    seq_end: i32,
+    kv_len_raw: i32,
+    max_kv: u32,
+    sliding_window: u32,
+    include_masked: bool,
+}
+
+impl ItemRows {
+    /// # Safety
+    /// `seq` < `p.max_num_seqs`; `ptr.cu_q_lens` and `ptr.kv_lens` as the kernels take them.
+    #[inline(always)]
+    pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, seq: u32, r0: u32, rc: u32) -> Self {
+        ItemRows {
+            r0,
+            rc,
+            seq_start: *ptr.cu_q_lens.add(seq as usize),
+            seq_end: *ptr.cu_q_lens.add(seq as usize + 1),
+            kv_len_raw: *ptr.kv_lens.add(seq as usize),
+            max_kv: p.pages_per_seq * p.page_size,
+            sliding_window: p.sliding_window,
+            include_masked: p.include_masked != 0,
+        }
+    }
+
+    /// The window of row `r` of the item.
+    #[inline(always)]
+    pub(crate) fn window(&self, r: u32) -> RowWindow {
+        row_window(
+            (self.r0 + r) as i32,
+            self.seq_start,
+            self.seq_end,
+            self.kv_len_raw,
+            self.max_kv,
+            self.sliding_window,
+        )
+    }
+
+    /// Keys `[lo, hi)` that any row of the item visits.
+    #[inline(always)]
+    pub(crate) fn keys(&self) -> (u32, u32) {
+        rows_visit_range(&self.window(0), &self.window(self.rc - 1), self.include_masked)
+    }
+
+    /// For the `count` M rows from `m_base` (query row `mr / group` of each), the keys any of them
+    /// visits and `[all_first, all_end)`, the keys every one of them sees; all 0 when none of the
+    /// rows is in the item.
+    #[inline(always)]
+    pub(crate) fn m_rows_keys(&self, m_base: u32, count: u32, group: u32) -> (u32, u32, u32, u32) {
+        let ra = m_base / group;
+        if ra < self.rc {
+            let rb = ((m_base + count - 1) / group).min(self.rc - 1);
+            let (wa, wb) = (self.window(ra), self.window(rb));
+            let (lo, hi) = rows_visit_range(&wa, &wb, self.include_masked);
+            (lo, hi, wb.first, wa.end)
+        } else {
+            (0, 0, 0, 0)
+        }
+    }
+
+    /// This lane's two M rows (g and g + 8 of the mma fragments) of the warp whose 16 rows start at
+    /// `m_base`, and what the mask of those 16 rows needs.
+    #[inline(always)]
+    pub(crate) fn warp_rows(&self, m_base: u32, group: u32) -> ([u32; 2], WarpRows) {
+        let lane = lane_id();
+        let m_rows = [m_base + lane / 4, m_base + lane / 4 + 8];
+        let mut win = [RowWindow { kv_len: 0, first: 0, end: 0 }; 2];
+        unroll::<2>(|ri| {
+            let r = m_rows[ri] / group;
+            if r < self.rc {
+                win[ri] = self.window(r);
+            }
+        });
+        let (_, _, all_first, all_end) = self.m_rows_keys(m_base, 16, group);
+        (m_rows, WarpRows { win, all_first, all_end })
+    }
+}
+
+/// Zeros rows `[r0, r0 + rc)` of the output for the query heads of KV head `blockIdx.y` (a zero-fill
+/// item), thread `thread` of `threads` taking every `threads`-th 4-byte word.
+///
+/// # Safety
+/// Rows within `ptr.out` (`p.max_tokens`); `thread < threads`.
+#[inline(always)]
+pub(crate) unsafe fn zero_item_rows<Q, const D: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    r0: u32,
+    rc: u32,
+    thread: u32,
+    threads: u32,
+) {
+    let (g, group, nq) = (block_idx_y(), p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
+    // The heads of `g` are `group * D` contiguous elements of each row.
+    let words_per_row = group * D as u32 / 2;
+    let mut idx = thread;
+    while idx < rc * words_per_row {
+        let (r, w) = (idx / words_per_row, idx % words_per_row);
+        let row = ptr.out.add(((r0 + r) as usize * nq + (g * group) as usize) * D) as *mut u32;
+        *row.add(w as usize) = 0;
+        idx += threads;
+    }
+}
+
+/// Normalizes this lane's share of its two M rows (`m_rows`, with `l` and `o` from the online
+/// softmax) and writes them to the output rows of item rows `[r0, r0 + rc)` (KV head
+/// `blockIdx.y`); rows past the item are skipped.
+///
+/// # Safety
+/// Rows within `ptr.out`; every lane of the warp executes it (the row sums are quad reductions).
+#[inline(always)]
+pub(crate) unsafe fn store_rows<Q: MmaElement, const D: usize, const NTILES: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    r0: u32,
+    rc: u32,
+    m_rows: [u32; 2],
+    l: &[f32; 2],
+    o: &[[f32; 4]; NTILES],
+) {
+    let (g, group, nq) = (block_idx_y(), p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
+    let cq = (lane_id() % 4) as usize;
     unroll::<2>(|ri| {
         let sum = quad_sum(l[ri]);
-        if m_rows[ri] / group < rc {
+        let r = m_rows[ri] / group;
+        if r < rc {
             let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-            let row = out_row(m_rows[ri]);
+            let h = g * group + m_rows[ri] % group;
+            let row = ptr.out.add(((r0 + r) as usize * nq + h as usize) * D);
             unroll::<NTILES>(|nt| {
                 let dim = nt * 8 + 2 * cq;
                 *(row.add(dim) as *mut u32) = Q::pack2(o[nt][2 * ri] * inv, o[nt][2 * ri + 1] * inv);
             });
         }
     });
-    sync_threads();
 }
 
 /// What the mask of a warp's 16 M rows needs: the windows of this lane's two rows, and the keys

@@ -21,7 +21,7 @@
 //! Key presence (a key on a page outside the pool counts as absent) travels with the K tile: the
 //! K producers write a 64-bit mask per stage, released by the stage's full barrier.
 
-use crate::attention::{page_is_valid, row_window, RowWindow, RpaParams};
+use crate::attention::{page_is_valid, RpaParams};
 use crate::barrier;
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
@@ -33,10 +33,10 @@ use crate::thread::{block_idx_y, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 
-use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights, quad_sum};
+use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights};
 use super::paged_attention_tiled::{
-    for_each_item, keep_o, mask_logits, rows_visit_range, wgmma_pv_issue, LogitScale, TiledPointers, WarpRows,
-    NO_SEQUENCE, TILE_KEYS,
+    for_each_item, keep_o, mask_logits, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, LogitScale,
+    TiledPointers, NO_SEQUENCE, TILE_KEYS,
 };
 use super::unroll;
 
@@ -139,17 +139,6 @@ impl RingSlot {
     }
 }
 
-/// The keys `[lo, hi)` an item's rows visit (the union over its rows; every role of the block
-/// derives its tile count from it).
-#[inline(always)]
-unsafe fn item_keys<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, seq: u32, r0: u32, rc: u32) -> (u32, u32) {
-    let (seq_start, seq_end) = (*ptr.cu_q_lens.add(seq as usize), *ptr.cu_q_lens.add(seq as usize + 1));
-    let kv_len_raw = *ptr.kv_lens.add(seq as usize);
-    let max_kv = p.pages_per_seq * p.page_size;
-    let window_of = |r: u32| row_window((r0 + r) as i32, seq_start, seq_end, kv_len_raw, max_kv, p.sliding_window);
-    rows_visit_range(&window_of(0), &window_of(rc - 1), p.include_masked != 0)
-}
-
 /// The producer's part of one item: for each of its key tiles, wait until the stage is empty,
 /// copy this thread's token (its K row for threads 0-63, its V row for 64-127; zeros for a key
 /// past the item's range or on a page outside the pool; the K warps' lanes 0 write the stage's
@@ -167,7 +156,8 @@ unsafe fn produce_item<Q, const D: usize>(
 ) {
     let tid = thread_idx_x();
     let (is_v, token) = (tid >= 64, tid % 64);
-    let (lo, hi) = item_keys(ptr, p, seq, r0, rc);
+    // Every role of the block derives its tile count from the item's keys.
+    let (lo, hi) = ItemRows::load(ptr, p, seq, r0, rc).keys();
     let num_tiles = (hi - lo).div_ceil(TILE_KEYS);
     let g = block_idx_y() as usize;
     let kv = ptr.kv as *const u8;
@@ -275,61 +265,20 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let ctid = thread_idx_x() - WARPGROUP; // 0..256 over both consumers
     let wtid = ctid % WARPGROUP; // within this consumer
     if seq == NO_SEQUENCE {
-        // The heads of `g` are `group * D` contiguous elements of each row.
-        let words_per_row = group * D as u32 / 2;
-        let mut idx = ctid;
-        while idx < rc * words_per_row {
-            let (r, w) = (idx / words_per_row, idx % words_per_row);
-            let row = ptr.out.add(((r0 + r) as usize * nq + (g * group) as usize) * D) as *mut u32;
-            *row.add(w as usize) = 0;
-            idx += 2 * WARPGROUP;
-        }
+        zero_item_rows::<Q, D>(ptr, p, r0, rc, ctid, 2 * WARPGROUP);
         return;
     }
 
-    let lane = lane_id();
     let warp = wtid / WARP_SIZE;
-    let include_masked = p.include_masked != 0;
-    let (seq_start, seq_end) = (*ptr.cu_q_lens.add(seq as usize), *ptr.cu_q_lens.add(seq as usize + 1));
-    let kv_len_raw = *ptr.kv_lens.add(seq as usize);
-    let max_kv = p.pages_per_seq * p.page_size;
-    let window_of = |r: u32| row_window((r0 + r) as i32, seq_start, seq_end, kv_len_raw, max_kv, p.sliding_window);
-    let empty = RowWindow { kv_len: 0, first: 0, end: 0 };
-    let (lo, hi) = item_keys(ptr, p, seq, r0, rc);
+    let item = ItemRows::load(ptr, p, seq, r0, rc);
+    let (lo, hi) = item.keys();
     let num_tiles = (hi - lo).div_ceil(TILE_KEYS);
 
     // This consumer's rows, and the keys they visit (tiles outside are skipped unread).
     let c_base = consumer * CONSUMER_M;
-    let (c_lo, c_hi) = {
-        let ra = c_base / group;
-        if ra < rc {
-            let rb = ((c_base + CONSUMER_M - 1) / group).min(rc - 1);
-            rows_visit_range(&window_of(ra), &window_of(rb), include_masked)
-        } else {
-            (0, 0)
-        }
-    };
+    let (c_lo, c_hi, _, _) = item.m_rows_keys(c_base, CONSUMER_M, group);
     // Warp w owns M rows c_base + 16w .. + 16; this lane rows lane/4 and lane/4 + 8 of them.
-    let m_base = c_base + warp * 16;
-    let m_rows = [m_base + lane / 4, m_base + lane / 4 + 8];
-    let mut win = [empty; 2];
-    unroll::<2>(|ri| {
-        let r = m_rows[ri] / group;
-        if r < rc {
-            win[ri] = window_of(r);
-        }
-    });
-    // The keys every row of the warp sees: tiles inside need no mask.
-    let (all_first, all_end) = {
-        let ra = m_base / group;
-        if ra < rc {
-            let rb = ((m_base + 15) / group).min(rc - 1);
-            (window_of(rb).first, window_of(ra).end)
-        } else {
-            (0, 0)
-        }
-    };
-    let rows = WarpRows { win, all_first, all_end };
+    let (m_rows, rows) = item.warp_rows(c_base + warp * 16, group);
 
     // Q: this consumer's 64 M rows into its tile, laid out as K is (64-dim column blocks of
     // 128-byte rows, swizzled), rows past the item zero-filled. The barrier before: the previous
@@ -462,20 +411,7 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     }
 
     // Each warp owns its rows: normalize and write them.
-    let cq = (lane % 4) as usize;
-    unroll::<2>(|ri| {
-        let sum = quad_sum(l[ri]);
-        let r = m_rows[ri] / group;
-        if r < rc {
-            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-            let h = g * group + m_rows[ri] % group;
-            let row = ptr.out.add(((r0 + r) as usize * nq + h as usize) * D);
-            unroll::<NTILES>(|nt| {
-                let dim = nt * 8 + 2 * cq;
-                *(row.add(dim) as *mut u32) = Q::pack2(o[nt][2 * ri] * inv, o[nt][2 * ri + 1] * inv);
-            });
-        }
-    });
+    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, m_rows, &l, &o);
 }
 
 #[inline(always)]
