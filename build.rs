@@ -12,7 +12,7 @@
 //!
 //! One PTX image per architecture, all embedded; the runtime loads the first that runs on the
 //! device (`host::runtime::KernelModule`):
-//! - `sm_90a` (PTX ISA 8.0): Hopper only (compute capability 9.0 exactly: `a` features do not
+//! - `sm_90a` (PTX ISA 8.3: the tensor-map proxy fences of `kernels-gpu::tma`): Hopper only (compute capability 9.0 exactly: `a` features do not
 //!   carry forward). Built with `--cfg xgk_sm90`, which turns on the Hopper-only instructions in
 //!   `kernels-gpu` (programmatic dependent launch: `griddepcontrol`).
 //! - `sm_80` (PTX ISA 7.8): the portable image, for A100, H100/H200 (when the sm_90a one cannot
@@ -21,7 +21,7 @@
 //! Settings (environment variables, each rebuilds when changed):
 //! - `XGK_CUDA_ARCHS`: the images, comma separated, most specific first; default `sm_90a,sm_80`.
 //!   Each entry is `sm_XX[a]`, optionally `=+ptxNN` for the LLVM PTX features (the PTX ISA
-//!   version); defaults: `+ptx80` for sm_90 and newer, `+ptx78` below (the L2 hints on
+//!   version); defaults: `+ptx83` for sm_90 and newer, `+ptx78` below (the L2 hints on
 //!   `cp.async` need 7.4; every driver with `cuCtxGetId`, which the runtime needs anyway,
 //!   JIT-compiles 7.8).
 
@@ -83,7 +83,7 @@ fn images(spec: &str) -> Result<Vec<Image>, String> {
         }
         let features = if features.is_empty() {
             if cc >= 90 {
-                "+ptx80"
+                "+ptx83"
             } else {
                 "+ptx78"
             }

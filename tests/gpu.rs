@@ -12,8 +12,8 @@ use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, workspace_bytes_with,
-    DeviceBuffers, KernelChoice, Workspace, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_ws_applies,
+    workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -136,7 +136,10 @@ fn kernels_for(case: &Case) -> Vec<KernelChoice> {
     if tiled_applies(&case.spec(), 90) {
         k.push(KernelChoice::Tiled);
         if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) {
-            k.extend([KernelChoice::TiledWgmma, KernelChoice::TiledWarpSpecialized]);
+            k.push(KernelChoice::TiledWgmma);
+            if tiled_ws_applies(&case.spec(), 90) {
+                k.push(KernelChoice::TiledWarpSpecialized);
+            }
         }
     }
     k
@@ -371,7 +374,12 @@ fn check_tiled_cases(cases: usize, big: bool) {
 fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
     let stream = gpu();
     let mut rng = StdRng::from_entropy();
-    let page_sizes = [1, 3, 8, 16, 32, 64, 128, 256];
+    // The warp-specialized kernel's bulk copies move 16-key blocks of a page.
+    let page_sizes: &[usize] = if kernel == KernelChoice::TiledWarpSpecialized {
+        &[16, 32, 64, 128, 256, 48]
+    } else {
+        &[1, 3, 8, 16, 32, 64, 128, 256]
+    };
     let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4), (1, 32), (1, 64), (2, 3)];
     let mut worst = 0.0f64;
     for i in (0..cases).step_by(case_stride()) {

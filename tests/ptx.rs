@@ -29,6 +29,8 @@ fn ptx_exports_every_kernel() {
         let hopper = image.has_grid_dependency_control();
         assert_eq!(image.ptx.contains(".entry wgmma_selftest_bf16("), hopper, "{}", image.arch);
         assert_eq!(image.ptx.contains("wgmma.mma_async.sync.aligned"), hopper, "{}", image.arch);
+        // The warp-specialized kernels' plan (it stores their K/V tensor map) too.
+        assert_eq!(image.ptx.contains(".entry rpa_plan_ws("), hopper, "{}", image.arch);
         for q in ["f16", "bf16"] {
             for d in [64, 128] {
                 for family in ["wg", "ws"] {
@@ -134,8 +136,28 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // Warpgroup register budgets take effect (ptxas ignores `setmaxnreg` where the register
         // count at entry is not fixed: `#[kernel(max_threads = N)]` fixes it).
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
-        for line in log.lines().filter(|l| l.contains("stack frame")) {
-            assert!(line.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{arch}: {line}");
+        // No kernel spills, with one bounded exception: the warp-specialized kernels' producer
+        // warpgroup runs on 24 registers (so that the consumers get 240), and its per-item setup
+        // (the item's key range) keeps four words in local memory; its tile loop and the
+        // consumers spill nothing (seen in the SASS, benchmarks/NOTES.md "v7").
+        let mut function = "";
+        for line in log.lines() {
+            if let Some(name) = line.split("Function properties for ").nth(1) {
+                function = name.trim();
+            }
+            if !line.contains("stack frame") {
+                continue;
+            }
+            if function.starts_with("rpa_tile_ws_") {
+                let bytes: Vec<u32> =
+                    line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+                assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= 16), "{arch}: {function}: {line}");
+            } else {
+                assert!(
+                    line.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                    "{arch}: {function}: {line}"
+                );
+            }
         }
     }
 }

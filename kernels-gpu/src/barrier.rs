@@ -45,6 +45,24 @@ pub unsafe fn arrive(bar: u32) {
     }
 }
 
+/// One arrival on the mbarrier at `bar` that also announces `bytes` more bytes for its current
+/// phase (`mbarrier.arrive.expect_tx`): the phase completes once its arrivals are in *and* that
+/// many bytes of asynchronous copies ([`crate::tma::load_3d`]) have completed on it.
+///
+/// # Safety
+/// As [`arrive`]; the copies that complete the bytes must be issued for this phase.
+#[inline(always)]
+pub unsafe fn arrive_expect_tx(bar: u32, bytes: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {bytes};", bar = in(reg32) bar,
+        bytes = in(reg32) bytes, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (bar, bytes);
+        crate::gpu_only!("barrier::arrive_expect_tx")
+    }
+}
+
 /// One arrival on the mbarrier at `bar` once every `cp.async` this thread issued before has landed
 /// (`cp.async.mbarrier.arrive.noinc`: the arrival counts against the initialized count, so a
 /// consumer whose wait completes sees the copied bytes).

@@ -33,6 +33,7 @@ pub mod mma;
 pub mod num;
 pub mod shared;
 pub mod thread;
+pub mod tma;
 pub mod warp;
 pub mod warpgroup;
 pub mod wgmma;

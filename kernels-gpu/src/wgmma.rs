@@ -140,6 +140,22 @@ pub fn keep_fragments<const K: usize>(frags: &mut [[u32; 4]; K]) {
     let _ = frags;
 }
 
+/// Returns `desc` through an empty asm that the compiler must run where it stands: descriptors
+/// derived from it (per k-step [`advance`]s) are then computed where they are used instead of
+/// being hoisted out of a loop as invariants and held in registers (or spilled) across it: a
+/// few integer adds per tile against the eight 64-bit values a k-loop would otherwise keep live.
+#[inline(always)]
+#[allow(unused_mut)] // mutated by the asm on the GPU only
+pub fn recompute_here(desc: u64) -> u64 {
+    let mut d = desc;
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: an empty instruction (not `pure`: it is neither hoisted nor merged).
+    unsafe {
+        core::arch::asm!("// here {0}", inout(reg64) d, options(nostack, nomem))
+    };
+    d
+}
+
 /// Pins accumulator registers after [`wait_group`]: an empty asm that claims to rewrite them, so
 /// the compiler reads them only after this point (CUTLASS's `warpgroup_fence_operand`).
 #[inline(always)]
@@ -254,6 +270,30 @@ pub unsafe fn mma_m64n128k16_rs<Q: MmaElement, const TRANS_B: u32>(
     {
         let _ = (acc, a, b, accumulate);
         crate::gpu_only!("wgmma::mma_m64n128k16_rs")
+    }
+}
+
+/// `acc (+)= A · B` for a 64x128 tile over 16 of K, both operands in shared memory
+/// (`wgmma.mma_async.sync.aligned.m64n128k16.f32.{bf16,f16}`): `a` and `b` are descriptors of A
+/// (64 x 16, K-major) and B (16 x 128: K-major with `TRANS_B = 0`, MN-major with 1). Asynchronous:
+/// see the module docs.
+///
+/// # Safety
+/// As [`mma_m64n64k16_ss`].
+#[inline(always)]
+pub unsafe fn mma_m64n128k16_ss<Q: MmaElement, const TRANS_B: u32>(
+    acc: &mut [f32; 64],
+    a: u64,
+    b: u64,
+    accumulate: bool,
+) {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    mma_async!("m64n128k16", acc[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63], "{a}, {b}, p, 1, 1, 0, {tb}";
+        a = in(reg64) a, b = in(reg64) b, scale_d = in(reg32) accumulate as u32, tb = const TRANS_B,);
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    {
+        let _ = (acc, a, b, accumulate);
+        crate::gpu_only!("wgmma::mma_m64n128k16_ss")
     }
 }
 

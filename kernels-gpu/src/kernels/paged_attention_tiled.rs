@@ -113,7 +113,7 @@ fn is_short(rows: u32, group: u32) -> bool {
 /// tile items (the heaviest: the kernel runs them first, last tile of each sequence first), then
 /// the short items, then the zero-fill items; the header holds the item and tile-item counts.
 #[inline(always)]
-unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, p: RpaParams) {
+pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, p: RpaParams) {
     // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
     // and waits for the plan before reading it.
     crate::grid_dependency::launch_dependents();
@@ -807,45 +807,70 @@ pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
     online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, m, l, o, pa);
 }
 
-/// The logit transform and the masks of [`mask_and_softmax`], without the softmax step.
+/// The logit transform and the masks of [`mask_and_softmax`], without the softmax step, over a
+/// tile of `8 KN` keys (`present`: one word per 32 keys).
 #[inline(always)]
-pub(crate) fn mask_logits(
-    s: &mut [[f32; 4]; 8],
+pub(crate) fn mask_logits<const KN: usize, const PW: usize>(
+    s: &mut [[f32; 4]; KN],
     tile_base: u32,
-    present: [u32; 2],
+    present: [u32; PW],
     rows: &WarpRows,
     logit: &LogitScale,
     p: &RpaParams,
 ) {
+    const { assert!(KN == 4 * PW, "one presence word per four n-tiles") };
     let cq = (lane_id() % 4) as usize;
     let include_masked = p.include_masked != 0;
     if p.soft_cap != 0.0 {
-        unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
+        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
     } else if !logit.raw {
-        unroll::<8>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
+        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
     }
     // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
-    let interior = tile_base >= rows.all_first
-        && tile_base + TILE_KEYS <= rows.all_end
-        && present[0] == u32::MAX
-        && present[1] == u32::MAX;
+    let mut all_present = true;
+    unroll::<PW>(|w| all_present &= present[w] == u32::MAX);
+    let interior = tile_base >= rows.all_first && tile_base + 8 * KN as u32 <= rows.all_end && all_present;
     if !interior {
-        unroll::<8>(|nt| {
-            unroll::<4>(|e| {
-                let kk = (nt % 4) * 8 + 2 * cq + (e & 1);
-                let j = tile_base + (nt * 8 + 2 * cq + (e & 1)) as u32;
-                let w = &rows.win[e / 2];
-                let counted = present[nt / 4] & (1 << kk) != 0;
-                s[nt][e] = if counted && w.visible(j) {
-                    s[nt][e]
-                } else if counted && include_masked && w.first < w.end && j < w.kv_len {
-                    s[nt][e] + logit.mask_add
-                } else {
-                    f32::NEG_INFINITY
-                };
+        // Per row and 32-key word, the keys that count as visible and those that count masked
+        // (`include_masked`), as bit masks built once from the row's window; each element then
+        // tests a bit at a constant position (the lane's keys 2 (lane % 4) + {0, 1} of each
+        // 8-key n-tile, after a shift by 2 (lane % 4)): a few instructions per element instead
+        // of three comparisons on its key index, and no key index held in registers.
+        let keys = 8 * KN as u32;
+        let rel = |x: u32| x.saturating_sub(tile_base).min(keys);
+        unroll::<2>(|ri| {
+            let w = &rows.win[ri];
+            let (vis_lo, vis_hi) = (rel(w.first), rel(w.end));
+            let counted_hi = if include_masked && w.first < w.end { rel(w.kv_len) } else { 0 };
+            unroll::<PW>(|word| {
+                let base = 32 * word as u32;
+                let vis = (range_bits(vis_lo, vis_hi, base) & present[word]) >> (2 * cq);
+                let counted = (range_bits(0, counted_hi, base) & present[word]) >> (2 * cq);
+                unroll::<4>(|n| {
+                    let nt = 4 * word + n;
+                    unroll::<2>(|h| {
+                        let bit = 1u32 << (8 * n + h);
+                        let e = 2 * ri + h;
+                        s[nt][e] = if vis & bit != 0 {
+                            s[nt][e]
+                        } else if counted & bit != 0 {
+                            s[nt][e] + logit.mask_add
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                    })
+                })
             })
         });
     }
+}
+
+/// Bit k set for the keys `base + k` (k < 32) inside `[lo, hi)`.
+#[inline(always)]
+fn range_bits(lo: u32, hi: u32, base: u32) -> u32 {
+    let ones = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let (a, b) = (lo.saturating_sub(base), hi.saturating_sub(base));
+    ones(b) & !ones(a)
 }
 
 /// `O += P V` on the tensor cores (`wgmma`, issued and waited for): see [`wgmma_pv_issue`].
@@ -858,13 +883,13 @@ pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
     pa: &[[u32; 4]; 4],
     v_tile: u32,
 ) {
-    wgmma_pv_issue::<Q, NTILES>(o, pa, v_tile);
+    wgmma_pv_issue::<Q, NTILES, 4>(o, pa, v_tile);
     wgmma::wait_group::<0>();
     keep_o(o);
 }
 
 /// Issues `O += P V` on the tensor cores (`wgmma`, one commit group; the caller waits): P from
-/// registers (`pa`, four k-steps of 16 keys), V from the stage at shared address `v_tile` (64
+/// registers (`pa`, `KS` k-steps of 16 keys), V from the stage at shared address `v_tile` (`16 KS`
 /// keys, 128-byte swizzled rows in 64-dim column blocks, read transposed: MN-major B), O as
 /// `NTILES` n-tiles of 8 dims. O and `pa` must not be touched until the group's wait (then
 /// [`keep_o`] and `wgmma::keep_fragments`).
@@ -873,13 +898,14 @@ pub(crate) unsafe fn wgmma_pv<Q: MmaElement, const NTILES: usize>(
 /// Every thread of the warpgroup executes it; the V tile has landed and is visible to the async
 /// proxy (`wgmma::fence_proxy_async_shared` after the copies' wait).
 #[inline(always)]
-pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize>(
+pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize, const KS: usize>(
     o: &mut [[f32; 4]; NTILES],
-    pa: &[[u32; 4]; 4],
+    pa: &[[u32; 4]; KS],
     v_tile: u32,
 ) {
-    // 16 keys per k-step are 16 rows of 128 bytes; the 64-dim column blocks are TILE_KEYS rows apart.
-    let v_desc = wgmma::descriptor(v_tile, TILE_KEYS * 128, 8 * 128, wgmma::Swizzle::Bytes128);
+    // 16 keys per k-step are 16 rows of 128 bytes; the 64-dim column blocks are the tile's
+    // 16 KS rows apart.
+    let v_desc = wgmma::descriptor(v_tile, KS as u32 * 16 * 128, 8 * 128, wgmma::Swizzle::Bytes128);
     let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
     macro_rules! pv {
         ($regs:literal, $mma:ident) => {{
@@ -887,7 +913,7 @@ pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize>(
             // Every write of O and P (the softmax's rescale) lands before the fence.
             wgmma::keep_accumulator(acc);
             wgmma::fence();
-            unroll::<4>(|ks| wgmma::$mma::<Q, 1>(acc, pa[ks], desc(ks), true));
+            unroll::<KS>(|ks| wgmma::$mma::<Q, 1>(acc, pa[ks], desc(ks), true));
             wgmma::commit_group();
         }};
     }

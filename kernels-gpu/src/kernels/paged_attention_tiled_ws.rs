@@ -1,78 +1,100 @@
 //! Ragged paged attention over 128-row query tiles with warp specialization (sm_90a image): the
-//! prefill kernel on Hopper.
+//! prefill kernel on Hopper, FlashAttention 3's structure for a paged KV cache.
 //!
-//! The work items are the tiled kernel's ([`super::paged_attention_tiled::rpa_plan`], with
-//! [`ws_tile_rows`] query rows per tile item: 128 M rows). A block of [`WS_THREADS`] threads is
-//! three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
-//! - warpgroup 0, the *producer*, copies K/V tiles of 64 keys into shared-memory rings with
-//!   `cp.async` (warps 0-1 the K rows, one token per thread; warps 2-3 the V rows) and signals
-//!   each stage's *full* mbarrier when its copies land; it never touches the tensor cores;
-//! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`, Q and K
-//!   from shared memory), the mask and online softmax, and O += P V (`wgmma`, P from registers),
-//!   releasing each stage on its *empty* mbarrier as soon as they are done reading it.
+//! The work items are the tiled kernel's ([`super::paged_attention_tiled::plan_items`], with
+//! [`ws_tile_rows`] query rows per tile item: 128 M rows), planned by [`rpa_plan_ws`], which also
+//! stores the call's K/V tensor map ([`crate::tma`]) after the plan ([`ws_tensor_map_address`]). A block of [`WS_THREADS`]
+//! threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
+//! - warpgroup 0, the *producer*: its first warp loads K/V tiles of [`WS_KEYS`] keys into
+//!   two-stage shared-memory rings with the tensor memory accelerator, one bulk copy per (16-key
+//!   page block, 64-dim column block, K or V), lanes 0-7 one 16-key block each, completing the
+//!   bytes on the stage's *full* mbarrier; it needs 24 registers, so the consumers get 240;
+//! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
+//!   `m64n128k16`, Q and K from shared memory), the mask and online softmax, and O += P V
+//!   (`wgmma`, P from registers), in FA3's order (S of tile i issued before the P V of tile i - 1,
+//!   the softmax of tile i while that P V runs), releasing each stage on its *empty* mbarrier as
+//!   soon as they are done reading it. The two consumers are not synchronized with each other, so
+//!   one's softmax overlaps the other's matrix products.
 //!
-//! Against the one-warpgroup tile kernel (`rpa_tile_wg_*`), the consumers issue no copies, load no
-//! page-table entries and wait at no block barrier: their instruction stream is the attention math
-//! (benchmarks/NOTES.md "v4b": copies and page lookups were about a fifth of it), the producer runs
-//! up to [`WS_STAGES`] tiles ahead, and each K/V tile in shared memory serves 128 M rows instead
-//! of 64. The two consumers are not synchronized with each other, so one's softmax overlaps the
-//! other's matrix products (FlashAttention 3's inter-warpgroup overlap, left to the schedulers).
+//! Keys are visited from the item's first key rounded down to a multiple of 16 (the copies move
+//! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
+//! see them). A block on a page outside the pool, or past the item's keys, is copied from
+//! coordinates outside the tensor: zeros. Key presence (on a page of the pool, before the item's
+//! end) travels with the K tile: the producer writes four 32-bit masks per stage, released by the
+//! stage's full barrier.
 //!
-//! Key presence (a key on a page outside the pool counts as absent) travels with the K tile: the
-//! K producers write a 64-bit mask per stage, released by the stage's full barrier.
+//! Needs page sizes that are multiples of 16 and a KV pool the tensor map can describe (checked on
+//! the host, `tiled_ws_supports`).
 
 use crate::attention::{page_is_valid, RpaParams};
 use crate::barrier;
-use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
+use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::kernel;
-use crate::math::FastDiv;
 use crate::mma::MmaElement;
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_y, sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
+use crate::tma::{self, TensorMapImage};
+use crate::warp::{lane_id, sync_warp, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 
 use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights};
 use super::paged_attention_tiled::{
-    for_each_item, keep_o, mask_logits, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, LogitScale,
-    TiledPointers, NO_SEQUENCE, TILE_KEYS,
+    for_each_item, keep_o, mask_logits, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows,
+    LogitScale, TiledPointers, NO_SEQUENCE,
 };
 use super::unroll;
 
 /// M rows (query row × query head pairs) of a tile item: 64 per consumer warpgroup.
 pub const WS_TILE_M: u32 = 128;
+/// Keys per K/V tile (S of a consumer is 64 x 128: 64 f32 registers per thread).
+pub const WS_KEYS: u32 = 128;
 /// Threads per block: the producer warpgroup and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
-/// Stages of each of the K and V rings.
-pub const WS_STAGES: u32 = 4;
+/// Stages of each of the K and V rings (a stage of K or V is 32 KiB at head_dim 128).
+pub const WS_STAGES: u32 = 2;
+/// Keys of one bulk copy: a 16-key block of one page (page sizes are multiples of 16).
+pub const WS_BLOCK_KEYS: u32 = 16;
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
 /// M rows of one consumer warpgroup.
 const CONSUMER_M: u32 = 64;
-/// Registers per thread of the producer and of the consumers: the block's pool (at most 168 per
-/// thread for 384 threads) split 40 / 232 (128 x 40 + 256 x 232 = 384 x 168).
-const PRODUCER_REGISTERS: u32 = 40;
-const CONSUMER_REGISTERS: u32 = 232;
-/// Arrivals that fill a stage: one per copying thread (64 for K, 64 for V) once its copies have
-/// landed and been fenced for the tensor cores.
-const FULL_ARRIVALS: u32 = 64;
+/// S n-tiles (8 keys each) and P k-steps (16 keys each) of a tile.
+const S_NTILES: usize = (WS_KEYS / 8) as usize;
+const P_KSTEPS: usize = (WS_KEYS / 16) as usize;
+/// Presence words (32 keys each) of a tile.
+const PRESENCE_WORDS: usize = (WS_KEYS / 32) as usize;
+/// Registers per thread of the producer and of the consumers: the block's pool (168 per thread
+/// for 384 threads) split 24 / 240 (128 x 24 + 256 x 240 = 384 x 168), FA3's split: S (64), O
+/// (64) and P (32) of a consumer thread fit with room for the softmax.
+const PRODUCER_REGISTERS: u32 = 24;
+const CONSUMER_REGISTERS: u32 = 240;
+/// Arrivals that fill a stage: the producer's lane 0, announcing the stage's bytes.
+const FULL_ARRIVALS: u32 = 1;
 /// Arrivals that empty a stage: every consumer thread, once it has read the stage.
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
-/// Tiles a producer thread keeps in flight before it waits for the oldest and signals it.
-const SIGNAL_LAG: u32 = 2;
 
 /// Query rows per tile item of this kernel for a GQA group.
 pub const fn ws_tile_rows(group: u32) -> u32 {
     WS_TILE_M / group
 }
 
+/// Global address of the tensor map in the scratch buffer at `plan`: after the plan, at the next
+/// 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only 16-byte aligned).
+pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64) -> u64 {
+    (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64)
+}
+
+/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the tensor map.
+pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
+    plan_bytes(plan_capacity) + 2 * tma::MAP_BYTES as u64
+}
+
 /// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the two
 /// consumers' Q tiles, the K and V rings, then the mbarriers (four per stage) and the presence
-/// masks (8 bytes per stage). At head_dim 128: 165 KiB (one block per multiprocessor, as its
-/// registers allow anyway).
+/// masks. At head_dim 128: 161 KiB (one block per multiprocessor, as its registers allow anyway).
 pub const fn ws_shared_bytes(head_dim: u32) -> u32 {
-    1024 + 2 * q_tile_bytes(head_dim) + 2 * WS_STAGES * stage_bytes(head_dim) + 5 * WS_STAGES * 8
+    1024 + 2 * q_tile_bytes(head_dim) + 2 * WS_STAGES * stage_bytes(head_dim) + WS_STAGES * (4 * 8 + WS_KEYS / 8)
 }
 
 const fn q_tile_bytes(head_dim: u32) -> u32 {
@@ -80,7 +102,7 @@ const fn q_tile_bytes(head_dim: u32) -> u32 {
 }
 
 const fn stage_bytes(head_dim: u32) -> u32 {
-    TILE_KEYS * head_dim * 2
+    WS_KEYS * head_dim * 2
 }
 
 /// Shared addresses of the block's buffers (see [`ws_shared_bytes`]).
@@ -118,10 +140,12 @@ impl SharedLayout {
     fn empty_v(&self, stage: u32) -> u32 {
         self.barriers() + 8 * (3 * WS_STAGES + stage)
     }
-    /// Two words: bit k of word w says whether key `32 w + k` of the stage's tile is present.
+    /// [`PRESENCE_WORDS`] words: bit k of word w says whether key `32 w + k` of the stage's tile is
+    /// present.
     fn presence(&self, stage: u32) -> *mut u32 {
+        let offset = self.barriers() - self.base + 8 * 4 * WS_STAGES + stage * 4 * PRESENCE_WORDS as u32;
         // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
-        unsafe { self.base_ptr.add((self.barriers() - self.base + 8 * (4 * WS_STAGES + stage)) as usize) as *mut u32 }
+        unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
     }
 }
 
@@ -139,108 +163,92 @@ impl RingSlot {
     }
 }
 
-/// The producer's part of one item: for each of its key tiles, wait until the stage is empty,
-/// copy this thread's token (its K row for threads 0-63, its V row for 64-127; zeros for a key
-/// past the item's range or on a page outside the pool; the K warps' lanes 0 write the stage's
-/// presence mask), and arrive on the stage's full barrier once the copies have landed and are
-/// fenced for the tensor cores (one tile later). `tiles`: the block's tile counter.
+/// Keys `[lo, hi)` the block visits for an item: the item's, `lo` rounded down to a whole 16-key
+/// block (every role derives its tile count from this).
 #[inline(always)]
+fn item_keys(item: &ItemRows) -> (u32, u32) {
+    let (lo, hi) = item.keys();
+    (lo & !(WS_BLOCK_KEYS - 1), hi)
+}
+
+/// The producer's part of one item (its first warp; the caller skips the others): for each key
+/// tile, wait until the stage's K (then V) is empty, write the presence masks, announce the
+/// stage's bytes and copy the tile, lane `b` < 8 its 16-key block `b`: page-table entry, then one
+/// bulk copy per 64-dim column block. `tiles`: the block's tile counter; `map`: the K/V tensor
+/// map (global address, acquired).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn produce_item<Q, const D: usize>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
+    map: u64,
     tiles: &mut u32,
     seq: u32,
     r0: u32,
     rc: u32,
 ) {
-    let tid = thread_idx_x();
-    let (is_v, token) = (tid >= 64, tid % 64);
-    // Every role of the block derives its tile count from the item's keys.
-    let (lo, hi) = ItemRows::load(ptr, p, seq, r0, rc).keys();
-    let num_tiles = (hi - lo).div_ceil(TILE_KEYS);
-    let g = block_idx_y() as usize;
-    let kv = ptr.kv as *const u8;
-    let token_stride = 2 * p.num_kv_heads as usize * D * 2;
-    // K rows of head g at 2g, V rows at 2g + 1 (the interleaved layout).
-    let head_offset = (2 * g + is_v as usize) * D * 2;
-    let page_table = ptr.page_indices.add(seq as usize * p.pages_per_seq as usize);
-    let pages = FastDiv::new(p.page_size);
-    // Keys of other query tiles of the sequence are read again: no evict-first policy.
-    let hint = CopyHint { prefetch_256: true, evict_first: None };
-    // This thread's page-table entry for tile i, loaded a tile ahead (its latency off the chain).
-    let entry = |i: u32| -> i32 {
-        let j = lo + i * TILE_KEYS + token;
-        if j < hi {
-            *page_table.add(pages.div(j) as usize)
-        } else {
-            -1
-        }
-    };
-    let mut next_page = entry(0);
-    // Full barriers of the tiles issued but not yet signaled, oldest first (shifted, never indexed
-    // by a run-time value: that would put the array in local memory).
-    const { assert!(SIGNAL_LAG == 2, "the flush below signals two tiles") };
-    let mut pending = [0u32; SIGNAL_LAG as usize];
+    let lane = lane_id();
+    let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
+    let num_tiles = (hi - lo).div_ceil(WS_KEYS);
+    // K rows of head g at index 2g of a token, V rows at 2g + 1 (the interleaved layout).
+    let k_head = 2 * block_idx_y() as i32;
+    let tile_bytes = WS_KEYS * D as u32 * 2;
     let mut i = 0;
     while i < num_tiles {
         let slot = RingSlot::of(*tiles);
         *tiles += 1;
-        let in_page = pages.div_rem(lo + i * TILE_KEYS + token).1;
-        let page = next_page;
-        next_page = entry(i + 1);
-        let valid = page_is_valid(page, p.total_pages);
-        let src = if valid {
-            kv.add((page as usize * p.page_size as usize + in_page as usize) * token_stride + head_offset)
-        } else {
-            kv
-        };
-        let (full, empty, tile) = if is_v {
-            (smem.full_v(slot.stage), smem.empty_v(slot.stage), smem.v(slot.stage))
-        } else {
-            (smem.full_k(slot.stage), smem.empty_k(slot.stage), smem.k(slot.stage))
-        };
-        // The stage's previous tile has been read by both consumers.
-        barrier::wait_parity(empty, slot.parity ^ 1);
-        // Chunk c of the row: 64-dim column block c / 8, chunk c % 8 of its 128-byte row, swizzled.
-        unroll::<16>(|c| {
-            if c < D / 8 {
-                let c = c as u32;
-                let dst = tile + (c / 8) * TILE_KEYS * 128 + wgmma::swizzled_128b_offset(token, c % 8);
-                cp_async_16(dst, src.add(c as usize * 16), valid, hint);
-            }
-        });
-        commit_group();
-        if !is_v {
-            let bits = warp_ballot(valid);
-            if lane_id() == 0 {
-                *smem.presence(slot.stage).add((tid / WARP_SIZE) as usize) = bits;
+        // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
+        // outside the tensor: zeros) for a block on an invalid page or past the keys.
+        let j = lo + i * WS_KEYS + lane * WS_BLOCK_KEYS;
+        let mut token = -(WS_BLOCK_KEYS as i32);
+        let mut bits = 0u32;
+        if lane < P_KSTEPS as u32 && j < hi {
+            // A plain division (the parameter is read from the constant bank): the producer runs
+            // on 24 registers, where a multiply-high divider's two would spill.
+            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
+            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
+            if page_is_valid(page, p.total_pages) {
+                // < 2^31: total_pages * page_size is checked on the host.
+                token = (page as u32 * p.page_size + in_page) as i32;
+                let n = hi - j;
+                bits = if n >= WS_BLOCK_KEYS { 0xffff } else { (1 << n) - 1 };
             }
         }
-        // The copies of tile i - 2 have landed: fence them for the tensor cores' reads (async
-        // proxy) and signal their stage. Here rather than in the consumers, whose critical path
-        // the fence would lengthen; two tiles behind, so two tiles' copies stay in flight while
-        // the thread waits (one behind starved the consumers: benchmarks/NOTES.md "v6c"). The
-        // consumers' order allows no more: tile i + 3 waits for the V stage of tile i - 1, which
-        // is released only after the consumers have waited for tile i.
-        if i >= SIGNAL_LAG {
-            wait_group::<SIGNAL_LAG>();
-            wgmma::fence_proxy_async_shared();
-            barrier::arrive(pending[0]);
+        // Word w of the presence masks: blocks 2w (low half) and 2w + 1.
+        let odd = warp_shuffle_xor_f32(FULL_MASK, f32::from_bits(bits), 1, WARP_SIZE).0.to_bits();
+        let (k_full, v_full) = (smem.full_k(slot.stage), smem.full_v(slot.stage));
+
+        barrier::wait_parity(smem.empty_k(slot.stage), slot.parity ^ 1);
+        if lane < P_KSTEPS as u32 && lane.is_multiple_of(2) {
+            *smem.presence(slot.stage).add((lane / 2) as usize) = bits | (odd << 16);
         }
-        pending = [pending[1], full];
+        sync_warp();
+        if lane == 0 {
+            barrier::arrive_expect_tx(k_full, tile_bytes);
+        }
+        let block_offset = lane * WS_BLOCK_KEYS * 128;
+        if lane < P_KSTEPS as u32 {
+            unroll::<2>(|c| {
+                if c < D / 64 {
+                    let dst = smem.k(slot.stage) + c as u32 * WS_KEYS * 128 + block_offset;
+                    tma::load_3d(dst, map, 64 * c as i32, k_head, token, k_full);
+                }
+            });
+        }
+        barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
+        if lane == 0 {
+            barrier::arrive_expect_tx(v_full, tile_bytes);
+        }
+        if lane < P_KSTEPS as u32 {
+            unroll::<2>(|c| {
+                if c < D / 64 {
+                    let dst = smem.v(slot.stage) + c as u32 * WS_KEYS * 128 + block_offset;
+                    tma::load_3d(dst, map, 64 * c as i32, k_head + 1, token, v_full);
+                }
+            });
+        }
         i += 1;
-    }
-    // The last tiles' signals, oldest first.
-    if num_tiles >= 2 {
-        wait_group::<1>();
-        wgmma::fence_proxy_async_shared();
-        barrier::arrive(pending[0]);
-    }
-    if num_tiles >= 1 {
-        wait_all();
-        wgmma::fence_proxy_async_shared();
-        barrier::arrive(pending[1]);
     }
 }
 
@@ -271,8 +279,8 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
 
     let warp = wtid / WARP_SIZE;
     let item = ItemRows::load(ptr, p, seq, r0, rc);
-    let (lo, hi) = item.keys();
-    let num_tiles = (hi - lo).div_ceil(TILE_KEYS);
+    let (lo, hi) = item_keys(&item);
+    let num_tiles = (hi - lo).div_ceil(WS_KEYS);
 
     // This consumer's rows, and the keys they visit (tiles outside are skipped unread).
     let c_base = consumer * CONSUMER_M;
@@ -319,14 +327,15 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let first_tile = *tiles;
     *tiles += num_tiles;
     let slot = |i: u32| RingSlot::of(first_tile + i);
-    let tile_base = |i: u32| lo + i * TILE_KEYS;
+    let tile_base = |i: u32| lo + i * WS_KEYS;
     let (ia, ib) = if c_lo < c_hi {
-        let ia = (c_lo.max(lo) - lo) / TILE_KEYS;
-        (ia, (c_hi - lo).div_ceil(TILE_KEYS).min(num_tiles).max(ia))
+        let ia = (c_lo.max(lo) - lo) / WS_KEYS;
+        (ia, (c_hi - lo).div_ceil(WS_KEYS).min(num_tiles).max(ia))
     } else {
         (0, 0)
     };
-    let skip = |i: u32| {
+    let skip = #[inline(always)]
+    |i: u32| {
         let t = slot(i);
         barrier::wait_parity(smem.full_k(t.stage), t.parity);
         barrier::arrive(smem.empty_k(t.stage));
@@ -337,56 +346,60 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         skip(i);
     }
     // S = Q Kᵀ of tile i issued (the tensor cores run it while the warps go on).
-    let issue_s = |i: u32, s: &mut [[f32; 4]; 8]| {
+    let issue_s = #[inline(always)]
+    |i: u32, s: &mut [[f32; 4]; S_NTILES]| {
         let t = slot(i);
         barrier::wait_parity(smem.full_k(t.stage), t.parity);
-        let acc = &mut *(s.as_mut_ptr() as *mut [f32; 32]);
+        let acc = &mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]);
         wgmma::keep_accumulator(acc);
         wgmma::fence();
         // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
         let k_desc = wgmma::descriptor(smem.k(t.stage), 16, 8 * 128, wgmma::Swizzle::Bytes128);
+        let q_desc = wgmma::recompute_here(q_desc);
         unroll::<KSTEPS>(|k| {
             let step = (k as u32 % 4) * 32;
-            let kd = wgmma::advance(k_desc, (k as u32 / 4) * TILE_KEYS * 128 + step);
+            let kd = wgmma::advance(k_desc, (k as u32 / 4) * WS_KEYS * 128 + step);
             let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
-            wgmma::mma_m64n64k16_ss::<Q, 0>(acc, qd, kd, k > 0);
+            wgmma::mma_m64n128k16_ss::<Q, 0>(acc, qd, kd, k > 0);
         });
         wgmma::commit_group();
     };
     // The tile's presence bits, its logit transform, masks and softmax weights (f32, in `s`;
     // packed into P by the caller once no wgmma is in flight); returns the rescale O still needs.
-    let softmax = |i: u32, s: &mut [[f32; 4]; 8], m: &mut [f32; 2], l: &mut [f32; 2]| {
+    let softmax = #[inline(always)]
+    |i: u32, s: &mut [[f32; 4]; S_NTILES], m: &mut [f32; 2], l: &mut [f32; 2]| {
         let presence = smem.presence(slot(i).stage);
-        let present = [*presence, *presence.add(1)];
+        let mut present = [0u32; PRESENCE_WORDS];
+        unroll::<PRESENCE_WORDS>(|w| present[w] = *presence.add(w));
         // K is read: the producer may refill its stage.
         barrier::arrive(smem.empty_k(slot(i).stage));
         mask_logits(s, tile_base(i), present, &rows, &logit, p);
-        online_softmax_weights_f32::<8>(s, logit.exp_scale, m, l)
+        online_softmax_weights_f32::<S_NTILES>(s, logit.exp_scale, m, l)
     };
     // The FA3 order: S of tile i is issued, then O += P V of tile i - 1 behind it; the softmax of
     // tile i runs while that P V does. Tile ia is peeled off the loop so that inside it every tile
     // issues both products unconditionally (with the P V behind a branch ptxas cannot tell which
     // group a `wait_group 1` retires and serializes every wgmma: benchmarks/NOTES.md "v5").
-    let mut pa = [[0u32; 4]; 4];
+    let mut pa = [[0u32; 4]; P_KSTEPS];
     if ia < ib {
-        let mut s = [[0.0f32; 4]; 8];
+        let mut s = [[0.0f32; 4]; S_NTILES];
         issue_s(ia, &mut s);
         wgmma::wait_group::<0>();
-        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
+        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]));
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
         rescale.apply(&mut o);
-        pack_weights::<Q, 8, 4>(&s, &mut pa);
+        pack_weights::<Q, S_NTILES, P_KSTEPS>(&s, &mut pa);
     }
     let mut i = ia + 1;
     while i < ib {
-        let mut s = [[0.0f32; 4]; 8];
+        let mut s = [[0.0f32; 4]; S_NTILES];
         issue_s(i, &mut s);
         let prev = slot(i - 1);
         barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
-        wgmma_pv_issue::<Q, NTILES>(&mut o, &pa, smem.v(prev.stage));
+        wgmma_pv_issue::<Q, NTILES, P_KSTEPS>(&mut o, &pa, smem.v(prev.stage));
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
-        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 32]));
+        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]));
         let rescale = softmax(i, &mut s, &mut m, &mut l);
         // The P V of tile i - 1 has finished writing O and reading its stage and P.
         wgmma::wait_group::<0>();
@@ -394,13 +407,13 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         wgmma::keep_fragments(&mut pa);
         barrier::arrive(smem.empty_v(prev.stage));
         rescale.apply(&mut o);
-        pack_weights::<Q, 8, 4>(&s, &mut pa);
+        pack_weights::<Q, S_NTILES, P_KSTEPS>(&s, &mut pa);
         i += 1;
     }
     if ia < ib {
         let last = slot(ib - 1);
         barrier::wait_parity(smem.full_v(last.stage), last.parity);
-        wgmma_pv_issue::<Q, NTILES>(&mut o, &pa, smem.v(last.stage));
+        wgmma_pv_issue::<Q, NTILES, P_KSTEPS>(&mut o, &pa, smem.v(last.stage));
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);
@@ -420,7 +433,8 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     p: RpaParams,
 ) {
     const { assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128), "head_dim 64 or 128") };
-    // Launched programmatically after `rpa_plan` (sm_90 image): the plan is readable after the wait.
+    // Launched programmatically after `rpa_plan_ws` (sm_90 image): the plan and the tensor map
+    // are readable after the wait.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
     let raw = dynamic_shared_mem::<u8>();
@@ -442,32 +456,67 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let role = tid / WARPGROUP;
     if role == 0 {
         warpgroup::release_registers::<PRODUCER_REGISTERS>();
-        for_each_item(&ptr, &p, |seq, r0, rc| {
-            if seq != NO_SEQUENCE {
-                produce_item::<Q, D>(&ptr, &p, smem, &mut tiles, seq, r0, rc)
-            }
-        });
-        // The block's shared memory outlives the copies only while a thread waits for them.
-        wait_all();
+        if tid < WARP_SIZE {
+            let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64);
+            tma::acquire_map(map);
+            for_each_item(
+                &ptr,
+                &p,
+                #[inline(always)]
+                |seq, r0, rc| {
+                    if seq != NO_SEQUENCE {
+                        produce_item::<Q, D>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc)
+                    }
+                },
+            );
+        }
     } else {
         warpgroup::claim_registers::<CONSUMER_REGISTERS>();
-        for_each_item(&ptr, &p, |seq, r0, rc| {
-            consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, role - 1, &mut tiles, seq, r0, rc)
-        });
+        for_each_item(
+            &ptr,
+            &p,
+            #[inline(always)]
+            |seq, r0, rc| consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, role - 1, &mut tiles, seq, r0, rc),
+        );
     }
+}
+
+/// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
+/// item), and its K/V tensor map stored after the plan ([`ws_tensor_map_address`]).
+///
+/// # Safety
+/// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
+/// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host).
+#[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+#[kernel]
+pub unsafe fn rpa_plan_ws(
+    cu_q_lens: *const i32,
+    num_seqs: *const i32,
+    plan: *mut u32,
+    params: RpaParams,
+    map: TensorMapImage,
+) {
+    if thread_idx_x() == 0 {
+        // Before the plan: its grid-dependency wait must come first (plan_items starts with it).
+        crate::grid_dependency::wait_for_prerequisites();
+        let dst = ws_tensor_map_address(plan as u64, params.plan_capacity as u64) as *mut u64;
+        tma::store_map(dst, &map);
+    }
+    plan_items(cu_q_lens, num_seqs, plan, params)
 }
 
 /// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`.
 macro_rules! rpa_tile_ws_kernels {
     ($( $name:ident: $q:ty, $d:literal; )*) => {$(
         /// The warp-specialized tile kernel (see the module docs); launched by the host after
-        /// `rpa_plan` with [`ws_tile_rows`] rows per tile item.
+        /// [`rpa_plan_ws`] with [`ws_tile_rows`] rows per tile item.
         ///
         /// # Safety
         /// Grid `(params.plan_capacity, num_kv_heads)`, [`WS_THREADS`] threads and
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
-        /// shape `params` describes, `plan` written by `rpa_plan` with the same `params`.
-        /// Metadata values may be anything: they never lead outside the buffers.
+        /// shape `params` describes, `plan` written by [`rpa_plan_ws`] with the same `params`
+        /// and a tensor map of `kv`. Metadata values may be anything: they never lead outside
+        /// the buffers.
         #[kernel(max_threads = 384)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(

@@ -11,14 +11,17 @@ use kernels_gpu::kernels::paged_attention_tiled::{
     plan_bytes, plan_capacity, tile_rows, tiled_shared_bytes, tiled_supports, tiled_wgmma_shared_bytes,
     PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
-use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_shared_bytes, ws_tile_rows, WS_THREADS};
+use kernels_gpu::kernels::paged_attention_tiled_ws::{
+    ws_scratch_bytes, ws_shared_bytes, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
+};
+use kernels_gpu::tma::TensorMapImage;
 
 use super::PagedAttention;
 use crate::dtype::DType;
 use crate::ensure;
 use crate::error::Result;
 use crate::ops::aligned;
-use crate::runtime::{ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream};
+use crate::runtime::{ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap};
 
 /// Device pointers of one call, in the contract's order, plus the output.
 #[derive(Clone, Copy, Debug)]
@@ -129,9 +132,10 @@ fn dtype_tag(dtype: DType) -> &'static str {
 /// Which attention kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
-    /// The fastest kernel that applies: tiled for prefill and mixed batches (with wgmma on
-    /// Hopper where the call is prefill-shaped, `wgmma_tiles_preferred`), else pipelined, else
-    /// tensor cores, else the general kernel.
+    /// The fastest kernel that applies: tiled for prefill and mixed batches (on Hopper, where the
+    /// call is prefill-shaped, `wgmma_tiles_preferred`: the warp-specialized kernel where it
+    /// applies, `tiled_ws_applies`, else the wgmma tiles), else pipelined, else tensor cores,
+    /// else the general kernel.
     #[default]
     Auto,
     /// The general (CUDA-core) kernel: every dtype and head_dim.
@@ -144,12 +148,14 @@ pub enum KernelChoice {
     /// where it does not apply.
     Tiled,
     /// The query-tiled kernel with warpgroup MMA (`wgmma`) for the tensor-core work: sm_90a image
-    /// only (a Hopper GPU); what `Auto` takes where it would take [`Self::Tiled`], the sm_90a
-    /// image is loaded and the call is prefill-shaped (`wgmma_tiles_preferred`).
+    /// only (a Hopper GPU); what `Auto` takes for prefill-shaped calls where the warp-specialized
+    /// kernel does not apply.
     TiledWgmma,
-    /// The warp-specialized tile kernel (sm_90a image only): 128-row query tiles, a producer
-    /// warpgroup copying K/V through mbarrier rings and two `wgmma` consumer warpgroups
-    /// (`kernels_gpu::kernels::paged_attention_tiled_ws`).
+    /// The warp-specialized tile kernel (sm_90a image only, page sizes in multiples of 16): 128-row
+    /// query tiles, a producer warp loading 128-key K/V tiles with bulk tensor copies (TMA)
+    /// through mbarrier rings and two `wgmma` consumer warpgroups
+    /// (`kernels_gpu::kernels::paged_attention_tiled_ws`); what `Auto` takes for prefill-shaped
+    /// calls on Hopper where it applies.
     TiledWarpSpecialized,
 }
 
@@ -377,6 +383,15 @@ pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
         && cc >= 80
 }
 
+/// Whether the warp-specialized tile kernel applies (on the sm_90a image): where the tiled kernel
+/// does, with pages of whole 16-key blocks (its bulk copies move 16 keys of one page) and a pool
+/// of at most 2^31 tokens (the copies' token coordinate is an int32).
+pub fn tiled_ws_applies(spec: &PagedAttention, cc: u32) -> bool {
+    tiled_applies(spec, cc)
+        && spec.page_size.is_multiple_of(WS_BLOCK_KEYS)
+        && spec.total_pages as u64 * spec.page_size as u64 <= i32::MAX as u64
+}
+
 /// Whether [`KernelChoice::Auto`] takes the tiled kernel: where it applies and the static shapes
 /// leave room for more query rows than sequences (some sequence may have several rows: a prefill
 /// or a mixed batch). With at most one row per sequence possible, the batch is decode only, and
@@ -448,6 +463,19 @@ struct TiledPlan {
     threads: u32,
     /// Dynamic shared memory of the tile kernel (the wgmma variants align their stages).
     shared_bytes: u32,
+    /// The warp-specialized kernel: planned by `rpa_plan_ws`, which also stores the K/V tensor map
+    /// after the plan (`ws_scratch_bytes`).
+    warp_specialized: bool,
+}
+
+impl TiledPlan {
+    fn plan_kernel(&self) -> &'static str {
+        if self.warp_specialized {
+            "rpa_plan_ws"
+        } else {
+            "rpa_plan"
+        }
+    }
 }
 
 /// [`LaunchPlan::Direct`]: the attention kernel, its block, and the key splits.
@@ -465,7 +493,7 @@ impl LaunchPlan {
     /// The kernels the launch enqueues, with their dynamic shared memory.
     fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
         match *self {
-            LaunchPlan::Tiled(t) => vec![("rpa_plan", PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
+            LaunchPlan::Tiled(t) => vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
                 if d.splits > 1 {
@@ -479,6 +507,7 @@ impl LaunchPlan {
     /// Bytes of temporary device memory the launch needs.
     fn scratch_bytes(&self, spec: &PagedAttention) -> usize {
         match *self {
+            LaunchPlan::Tiled(t) if t.warp_specialized => ws_scratch_bytes(t.capacity) as usize,
             LaunchPlan::Tiled(t) => plan_bytes(t.capacity) as usize,
             LaunchPlan::Direct(d) => split_scratch_bytes(spec, d.splits),
         }
@@ -525,6 +554,11 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
                 tiled_applies(spec, cc),
                 "the tiled kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128, num_q_heads / num_kv_heads <= 64 and sm_80+"
             );
+            ensure!(
+                choice != KernelChoice::TiledWarpSpecialized || tiled_ws_applies(spec, cc),
+                "the tiled-ws kernel needs a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}) and at most 2^31 tokens in the KV pool",
+                spec.page_size
+            );
             choice
         }
         KernelChoice::General => KernelChoice::General,
@@ -562,7 +596,9 @@ fn plan_launch(
         && module.image.has_wgmma()
         && wgmma_tiles_preferred(spec)
     {
-        kernel = KernelChoice::TiledWgmma;
+        // The warp-specialized kernel where its bulk copies apply (1.1-1.5x the one-warpgroup
+        // wgmma tiles on an H100: benchmarks/NOTES.md "v7"), else the one-warpgroup tiles.
+        kernel = if tiled_ws_applies(spec, cc) { KernelChoice::TiledWarpSpecialized } else { KernelChoice::TiledWgmma };
     }
     if matches!(kernel, KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized) {
         ensure!(
@@ -584,8 +620,14 @@ fn plan_launch(
             KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim)),
             _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
         };
-        let plan =
-            LaunchPlan::Tiled(TiledPlan { name: kernel_name(spec, kernel), rows, capacity, threads, shared_bytes });
+        let plan = LaunchPlan::Tiled(TiledPlan {
+            name: kernel_name(spec, kernel),
+            rows,
+            capacity,
+            threads,
+            shared_bytes,
+            warp_specialized: ws,
+        });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
@@ -798,6 +840,21 @@ fn combine_kernel(spec: &PagedAttention) -> &'static str {
     }
 }
 
+/// The tensor map of the KV pool for the warp-specialized kernel's bulk copies: tokens × (2
+/// num_kv_heads K and V rows) × head_dim, boxes of 16 tokens (a page's 16-key block) × one row ×
+/// 64 dims (a 128-byte swizzled column block).
+fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
+    let (d, rows) = (spec.head_dim as u64, 2 * spec.num_kv_heads as u64);
+    TiledTensorMap {
+        address: kv,
+        dims: [d, rows, spec.total_pages as u64 * spec.page_size as u64],
+        strides: [d * 2, rows * d * 2],
+        boxes: [64, 1, WS_BLOCK_KEYS],
+        bf16: spec.q_dtype == DType::BF16,
+    }
+    .encode()
+}
+
 /// The tiled kernel: [`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan) writes
 /// the work items into `plan` (scratch), then one block per (item, KV head) runs.
 ///
@@ -819,8 +876,12 @@ unsafe fn launch_tiled(
 
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
+    if t.warp_specialized {
+        // The plan kernel stores it after the plan (`ws_tensor_map_address`).
+        args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
+    }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
-    module.launch(stream, "rpa_plan", cfg, &mut args.pointers(), settings.programmatic)?;
+    module.launch(stream, t.plan_kernel(), cfg, &mut args.pointers(), settings.programmatic)?;
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
@@ -889,6 +950,38 @@ mod tests {
         assert!(!wgmma_tiles_preferred(&spec(1148, 128)));
         assert!(!wgmma_tiles_preferred(&spec(2288, 256)));
         assert!(!wgmma_tiles_preferred(&spec(8192, 256)));
+    }
+
+    #[test]
+    fn warp_specialized_tiles_need_whole_16_key_blocks_of_a_page() {
+        let spec = |page_size, total_pages| PagedAttention {
+            q_dtype: DType::BF16,
+            kv_dtype: DType::BF16,
+            max_tokens: 4096,
+            num_q_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            total_pages,
+            page_size,
+            max_num_seqs: 4,
+            pages_per_seq: 64,
+            attrs: crate::ops::paged_attention::Attributes::default(),
+        };
+        for page_size in [16, 32, 48, 128, 256] {
+            assert!(tiled_ws_applies(&spec(page_size, 4096), 90), "page {page_size}");
+            assert_eq!(
+                resolve_kernel(&spec(page_size, 4096), 90, KernelChoice::TiledWarpSpecialized).ok(),
+                Some(KernelChoice::TiledWarpSpecialized)
+            );
+        }
+        for page_size in [1, 8, 24] {
+            assert!(!tiled_ws_applies(&spec(page_size, 4096), 90), "page {page_size}");
+            let err = resolve_kernel(&spec(page_size, 4096), 90, KernelChoice::TiledWarpSpecialized).unwrap_err();
+            assert!(err.to_string().contains("multiple of 16"), "{err}");
+        }
+        // The copies' token coordinate is an int32.
+        assert!(tiled_ws_applies(&spec(16, (i32::MAX as u32) / 16), 90));
+        assert!(!tiled_ws_applies(&spec(16, (i32::MAX as u32) / 16 + 1), 90));
     }
 
     #[test]
