@@ -137,9 +137,10 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // count at entry is not fixed: `#[kernel(max_threads = N)]` fixes it).
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
         // No kernel spills, with one bounded exception: the warp-specialized kernels' producer
-        // warpgroup runs on 24 registers (so that the consumers get 240), and its per-item setup
-        // (the item's key range) keeps four words in local memory; its tile loop and the
-        // consumers spill nothing (seen in the SASS, benchmarks/NOTES.md "v7").
+        // warpgroup runs on 24 registers (so that the consumers get 240), and keeps a few words
+        // of its per-item setup (the item's key range, the page-table row) in local memory,
+        // reloading one 8-byte word per tile; the consumers spill nothing (seen in the SASS,
+        // benchmarks/NOTES.md "v7").
         let mut function = "";
         for line in log.lines() {
             if let Some(name) = line.split("Function properties for ").nth(1) {
@@ -151,7 +152,7 @@ fn ptxas_accepts_the_ptx_without_spills() {
             if function.starts_with("rpa_tile_ws_") {
                 let bytes: Vec<u32> =
                     line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-                assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= 16), "{arch}: {function}: {line}");
+                assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= 32), "{arch}: {function}: {line}");
             } else {
                 assert!(
                     line.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),

@@ -35,7 +35,7 @@ use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_y, sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
-use crate::warp::{lane_id, sync_warp, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
+use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 
 use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights};
@@ -171,6 +171,17 @@ fn item_keys(item: &ItemRows) -> (u32, u32) {
     (lo & !(WS_BLOCK_KEYS - 1), hi)
 }
 
+/// Bit k set for the keys `base + k` (k < 32) below `keys`.
+#[inline(always)]
+fn keys_below(keys: u32, base: u32) -> u32 {
+    let n = keys.saturating_sub(base);
+    if n >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << n) - 1
+    }
+}
+
 /// The producer's part of one item (its first warp; the caller skips the others): for each key
 /// tile, wait until the stage's K (then V) is empty, write the presence masks, announce the
 /// stage's bytes and copy the tile, lane `b` < 8 its 16-key block `b`: page-table entry, then one
@@ -200,9 +211,9 @@ unsafe fn produce_item<Q, const D: usize>(
         *tiles += 1;
         // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
         // outside the tensor: zeros) for a block on an invalid page or past the keys.
-        let j = lo + i * WS_KEYS + lane * WS_BLOCK_KEYS;
+        let tile_base = lo + i * WS_KEYS;
+        let j = tile_base + lane * WS_BLOCK_KEYS;
         let mut token = -(WS_BLOCK_KEYS as i32);
-        let mut bits = 0u32;
         if lane < P_KSTEPS as u32 && j < hi {
             // A plain division (the parameter is read from the constant bank): the producer runs
             // on 24 registers, where a multiply-high divider's two would spill.
@@ -211,22 +222,27 @@ unsafe fn produce_item<Q, const D: usize>(
             if page_is_valid(page, p.total_pages) {
                 // < 2^31: total_pages * page_size is checked on the host.
                 token = (page as u32 * p.page_size + in_page) as i32;
-                let n = hi - j;
-                bits = if n >= WS_BLOCK_KEYS { 0xffff } else { (1 << n) - 1 };
             }
         }
-        // Word w of the presence masks: blocks 2w (low half) and 2w + 1.
-        let odd = warp_shuffle_xor_f32(FULL_MASK, f32::from_bits(bits), 1, WARP_SIZE).0.to_bits();
+        // Bit b: block b is on a valid page (and starts before the item's end).
+        let valid_blocks = warp_ballot(token >= 0);
         let (k_full, v_full) = (smem.full_k(slot.stage), smem.full_v(slot.stage));
 
         barrier::wait_parity(smem.empty_k(slot.stage), slot.parity ^ 1);
-        if lane < P_KSTEPS as u32 && lane.is_multiple_of(2) {
-            *smem.presence(slot.stage).add((lane / 2) as usize) = bits | (odd << 16);
-        }
-        sync_warp();
         if lane == 0 {
+            // Key k of the tile is present when its block is valid and k is before the item's
+            // end. Lane 0 writes the words and its arrival releases them: the consumers' reads
+            // are ordered after the writes by the full barrier alone.
+            let keys = hi - tile_base;
+            unroll::<PRESENCE_WORDS>(|w| {
+                let blocks = (valid_blocks >> (2 * w)) & 3;
+                let spread = (blocks & 1) * 0xffff | (blocks >> 1) * 0xffff_0000;
+                *smem.presence(slot.stage).add(w) = spread & keys_below(keys, 32 * w as u32);
+            });
             barrier::arrive_expect_tx(k_full, tile_bytes);
         }
+        // The copies complete on the barrier once lane 0 has announced their bytes.
+        sync_warp();
         let block_offset = lane * WS_BLOCK_KEYS * 128;
         if lane < P_KSTEPS as u32 {
             unroll::<2>(|c| {
