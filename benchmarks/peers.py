@@ -380,7 +380,8 @@ def from_jax(x):
     return torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(DEVICE)
 
 
-def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge_cost_keys=""):
+def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge_cost_keys="", schedule="",
+                  persistent=""):
     """Sets the variant for the calls that follow (the library reads these once, and again on
     `reload_settings`)."""
     from xla_gpu_kernels import _capi
@@ -388,6 +389,8 @@ def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge
     os.environ["XGK_PDL"] = "1" if programmatic else "0"
     os.environ["XGK_RPA_MIN_SPLIT_TILES"] = min_split_tiles
     os.environ["XGK_RPA_MERGE_COST_KEYS"] = merge_cost_keys
+    os.environ["XGK_WS_SCHEDULE"] = schedule
+    os.environ["XGK_WS_PERSISTENT"] = persistent
     _capi.reload_settings()
 
 
@@ -397,13 +400,16 @@ class Ours:
     then options after colons: `h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`), `nopdl` for
     launches without programmatic dependent launch (`XGK_PDL=0`), `ms<N>` for at least N pipeline
     tiles per key split (`XGK_RPA_MIN_SPLIT_TILES`), `mc<N>` for the split model's merge cost in
-    keys (`XGK_RPA_MERGE_COST_KEYS`). Example: `auto:ms1:nopdl`."""
+    keys (`XGK_RPA_MERGE_COST_KEYS`), `pp<N>` for the warp-specialized kernel's consumer schedule
+    (`XGK_WS_SCHEDULE`: 0 free, 1 ping-pong), `ps<N>` for its persistent blocks (`XGK_WS_PERSISTENT`).
+    Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, *options = variant.split(":")
         self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "1", True, "", ""  # defaults
+        self.schedule, self.persistent = "", ""
         for opt in options:
             if opt == "nopdl":
                 self.programmatic = False
@@ -413,11 +419,16 @@ class Ours:
                 self.min_split_tiles = opt[2:]
             elif opt.startswith("mc") and opt[2:].isdigit():
                 self.merge_cost_keys = opt[2:]
+            elif opt.startswith("pp") and opt[2:].isdigit():
+                self.schedule = opt[2:]
+            elif opt.startswith("ps") and opt[2:].isdigit():
+                self.persistent = opt[2:]
             else:
-                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>)")
+                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, ps<N>)")
 
     def select(self):
-        select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys)
+        select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys,
+                      self.schedule, self.persistent)
 
     def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)

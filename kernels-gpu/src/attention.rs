@@ -45,6 +45,9 @@ pub struct RpaParams {
     pub tile_rows: u32,
     /// Most work items of the tiled kernel's plan (its grid width); 0 for the other kernels.
     pub plan_capacity: u32,
+    /// How the warp-specialized kernel's two consumer warpgroups share the tensor cores: 0 =
+    /// freely, 1 = taking turns to issue their products (ping-pong); 0 for the other kernels.
+    pub consumer_schedule: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

@@ -130,3 +130,20 @@ pub unsafe fn sync_named<const ID: u32>(threads: u32) {
         crate::gpu_only!("barrier::sync_named")
     }
 }
+
+/// Arrives at named barrier `ID` for `threads` threads without waiting (`bar.arrive`): the
+/// threads that `bar.sync` on it ([`sync_named`]) proceed once `threads` have arrived or synced.
+/// A producer-consumer handshake between warps (one side arrives, the other syncs).
+///
+/// # Safety
+/// As [`sync_named`]; the barrier's syncing side must count this thread's warp in `threads`.
+#[inline(always)]
+pub unsafe fn arrive_named<const ID: u32>(threads: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("bar.arrive {id}, {n};", id = const ID, n = in(reg32) threads, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = threads;
+        crate::gpu_only!("barrier::arrive_named")
+    }
+}

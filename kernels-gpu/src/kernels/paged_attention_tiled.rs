@@ -283,18 +283,27 @@ pub(crate) fn rows_visit_range(first: &RowWindow, last: &RowWindow, include_mask
 }
 
 /// Calls `f(seq, first row, rows)` for the block's items: one (`blockIdx.x`'s) from the plan, or,
-/// with an invalid `cu_q_lens` (the plan's fallback flag), one row per item, owned as
-/// [`find_sequence`] says, in a grid-stride loop. Block-uniform.
+/// with `persistent`, every `gridDim.x`-th in a snake order (round r takes item `r G + b` for
+/// even r and `r G + G - 1 - b` for odd r, G blocks, b = `blockIdx.x`: the items come heaviest
+/// first, so the blocks' loads even out), or, with an invalid `cu_q_lens` (the plan's fallback
+/// flag), one row per item, owned as [`find_sequence`] says, in a grid-stride loop. Block-uniform.
 ///
 /// # Safety
 /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait), `ptr.cu_q_lens`
 /// and `ptr.num_seqs` as [`rpa_plan`] takes them.
 #[inline(always)]
-pub(crate) unsafe fn for_each_item<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, mut f: impl FnMut(u32, u32, u32)) {
+pub(crate) unsafe fn for_each_item<Q>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    persistent: bool,
+    mut f: impl FnMut(u32, u32, u32),
+) {
     let count = *ptr.plan;
     let fallback = *ptr.plan.add(1) != 0;
     let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
-    let mut index = block_idx_x();
+    let (blocks, block) = (grid_dim_x(), block_idx_x());
+    let mut index = block;
+    let mut round = 0u32;
     loop {
         let (seq, r0, rc) = if fallback {
             if index >= p.max_tokens {
@@ -313,10 +322,14 @@ pub(crate) unsafe fn for_each_item<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, mut
             (*item, *item.add(1), *item.add(2))
         };
         f(seq, r0, rc);
-        if !fallback {
+        if fallback {
+            index += blocks;
+        } else if persistent {
+            round += 1;
+            index = round * blocks + if round.is_multiple_of(2) { block } else { blocks - 1 - block };
+        } else {
             break;
         }
-        index += grid_dim_x();
     }
 }
 
@@ -331,7 +344,7 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     crate::grid_dependency::wait_for_prerequisites();
     // One call site keeps a single inlined copy. (Short items through the mma.sync path in the WG
     // kernels, a second copy, made ptxas spill: benchmarks/NOTES.md "v4".)
-    for_each_item(&ptr, &p, |seq, r0, rc| tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc));
+    for_each_item(&ptr, &p, false, |seq, r0, rc| tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc));
 }
 
 /// One item: rows `[r0, r0 + rc)` of sequence `seq` (or zeros for [`NO_SEQUENCE`]) for the query

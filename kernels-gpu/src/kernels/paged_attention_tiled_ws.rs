@@ -8,13 +8,16 @@
 //! - warpgroup 0, the *producer*: its first warp loads K/V tiles of [`WS_KEYS`] keys into
 //!   two-stage shared-memory rings with the tensor memory accelerator, one bulk copy per (16-key
 //!   page block, 64-dim column block, K or V), lanes 0-7 one 16-key block each, completing the
-//!   bytes on the stage's *full* mbarrier; it needs 24 registers, so the consumers get 240;
+//!   bytes on the stage's *full* mbarrier, K of tile i before V of tile i - 1 (a K stage frees
+//!   early in the consumers' tile, a V stage late); it needs 24 registers, so the consumers get
+//!   240;
 //! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
 //!   `m64n128k16`, Q and K from shared memory), the mask and online softmax, and O += P V
 //!   (`wgmma`, P from registers), in FA3's order (S of tile i issued before the P V of tile i - 1,
 //!   the softmax of tile i while that P V runs), releasing each stage on its *empty* mbarrier as
-//!   soon as they are done reading it. The two consumers are not synchronized with each other, so
-//!   one's softmax overlaps the other's matrix products.
+//!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the two consumers
+//!   take turns to issue their products (FA3's ping-pong, two named barriers), so one's softmax
+//!   runs under the other's matrix products; with 0 they issue freely.
 //!
 //! Keys are visited from the item's first key rounded down to a multiple of 16 (the copies move
 //! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
@@ -183,10 +186,10 @@ fn keys_below(keys: u32, base: u32) -> u32 {
 }
 
 /// The producer's part of one item (its first warp; the caller skips the others): for each key
-/// tile, wait until the stage's K (then V) is empty, write the presence masks, announce the
-/// stage's bytes and copy the tile, lane `b` < 8 its 16-key block `b`: page-table entry, then one
-/// bulk copy per 64-dim column block. `tiles`: the block's tile counter; `map`: the K/V tensor
-/// map (global address, acquired).
+/// tile, wait until its K stage is empty, write the presence masks, announce the stage's bytes
+/// and copy K, lane `b` < 8 its 16-key block `b` (page-table entry, then one bulk copy per
+/// 64-dim column block); then the same for the V of the tile before. `tiles`: the block's tile
+/// counter; `map`: the K/V tensor map (global address, acquired).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn produce_item<Q, const D: usize>(
@@ -205,65 +208,73 @@ unsafe fn produce_item<Q, const D: usize>(
     // K rows of head g at index 2g of a token, V rows at 2g + 1 (the interleaved layout).
     let k_head = 2 * block_idx_y() as i32;
     let tile_bytes = WS_KEYS * D as u32 * 2;
+    let first_tile = *tiles;
+    *tiles += num_tiles;
+    let block_offset = lane * WS_BLOCK_KEYS * 128;
+    // Copies one K or V tile (`row`: K or V row index of the token) into `tile` on barrier `full`.
+    let copy_tile = #[inline(always)]
+    |tile: u32, row: i32, token: i32, full: u32| {
+        if lane < P_KSTEPS as u32 {
+            unroll::<2>(|c| {
+                if c < D / 64 {
+                    tma::load_3d(tile + c as u32 * WS_KEYS * 128 + block_offset, map, 64 * c as i32, row, token, full);
+                }
+            });
+        }
+    };
+    // K of tile i, then V of tile i - 1: a K stage is released early in the consumers' tile (after
+    // S), a V stage only once its P V is done, so the next K never waits behind a V stage.
+    let mut previous_token = 0i32;
     let mut i = 0;
-    while i < num_tiles {
-        let slot = RingSlot::of(*tiles);
-        *tiles += 1;
-        // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
-        // outside the tensor: zeros) for a block on an invalid page or past the keys.
-        let tile_base = lo + i * WS_KEYS;
-        let j = tile_base + lane * WS_BLOCK_KEYS;
+    while i <= num_tiles {
         let mut token = -(WS_BLOCK_KEYS as i32);
-        if lane < P_KSTEPS as u32 && j < hi {
-            // A plain division (the parameter is read from the constant bank): the producer runs
-            // on 24 registers, where a multiply-high divider's two would spill.
-            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
-            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
-            if page_is_valid(page, p.total_pages) {
-                // < 2^31: total_pages * page_size is checked on the host.
-                token = (page as u32 * p.page_size + in_page) as i32;
+        if i < num_tiles {
+            let slot = RingSlot::of(first_tile + i);
+            // This lane's 16-key block: the token of its first key in the pool, or -16 (a box
+            // wholly outside the tensor: zeros) for a block on an invalid page or past the keys.
+            let tile_base = lo + i * WS_KEYS;
+            let j = tile_base + lane * WS_BLOCK_KEYS;
+            if lane < P_KSTEPS as u32 && j < hi {
+                // A plain division (the parameter is read from the constant bank): the producer
+                // runs on 24 registers, where a multiply-high divider's two would spill.
+                let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
+                let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
+                if page_is_valid(page, p.total_pages) {
+                    // < 2^31: total_pages * page_size is checked on the host.
+                    token = (page as u32 * p.page_size + in_page) as i32;
+                }
             }
+            // Bit b: block b is on a valid page (and starts before the item's end).
+            let valid_blocks = warp_ballot(token >= 0);
+            let k_full = smem.full_k(slot.stage);
+            barrier::wait_parity(smem.empty_k(slot.stage), slot.parity ^ 1);
+            if lane == 0 {
+                // Key k of the tile is present when its block is valid and k is before the
+                // item's end. Lane 0 writes the words and its arrival releases them: the
+                // consumers' reads are ordered after the writes by the full barrier alone.
+                let keys = hi - tile_base;
+                unroll::<PRESENCE_WORDS>(|w| {
+                    let blocks = (valid_blocks >> (2 * w)) & 3;
+                    let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
+                    *smem.presence(slot.stage).add(w) = spread & keys_below(keys, 32 * w as u32);
+                });
+                barrier::arrive_expect_tx(k_full, tile_bytes);
+            }
+            // The copies complete on the barrier once lane 0 has announced their bytes.
+            sync_warp();
+            copy_tile(smem.k(slot.stage), k_head, token, k_full);
         }
-        // Bit b: block b is on a valid page (and starts before the item's end).
-        let valid_blocks = warp_ballot(token >= 0);
-        let (k_full, v_full) = (smem.full_k(slot.stage), smem.full_v(slot.stage));
-
-        barrier::wait_parity(smem.empty_k(slot.stage), slot.parity ^ 1);
-        if lane == 0 {
-            // Key k of the tile is present when its block is valid and k is before the item's
-            // end. Lane 0 writes the words and its arrival releases them: the consumers' reads
-            // are ordered after the writes by the full barrier alone.
-            let keys = hi - tile_base;
-            unroll::<PRESENCE_WORDS>(|w| {
-                let blocks = (valid_blocks >> (2 * w)) & 3;
-                let spread = (blocks & 1) * 0xffff | (blocks >> 1) * 0xffff_0000;
-                *smem.presence(slot.stage).add(w) = spread & keys_below(keys, 32 * w as u32);
-            });
-            barrier::arrive_expect_tx(k_full, tile_bytes);
+        if i >= 1 {
+            let slot = RingSlot::of(first_tile + i - 1);
+            let v_full = smem.full_v(slot.stage);
+            barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
+            if lane == 0 {
+                barrier::arrive_expect_tx(v_full, tile_bytes);
+            }
+            sync_warp();
+            copy_tile(smem.v(slot.stage), k_head + 1, previous_token, v_full);
         }
-        // The copies complete on the barrier once lane 0 has announced their bytes.
-        sync_warp();
-        let block_offset = lane * WS_BLOCK_KEYS * 128;
-        if lane < P_KSTEPS as u32 {
-            unroll::<2>(|c| {
-                if c < D / 64 {
-                    let dst = smem.k(slot.stage) + c as u32 * WS_KEYS * 128 + block_offset;
-                    tma::load_3d(dst, map, 64 * c as i32, k_head, token, k_full);
-                }
-            });
-        }
-        barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
-        if lane == 0 {
-            barrier::arrive_expect_tx(v_full, tile_bytes);
-        }
-        if lane < P_KSTEPS as u32 {
-            unroll::<2>(|c| {
-                if c < D / 64 {
-                    let dst = smem.v(slot.stage) + c as u32 * WS_KEYS * 128 + block_offset;
-                    tma::load_3d(dst, map, 64 * c as i32, k_head + 1, token, v_full);
-                }
-            });
-        }
+        previous_token = token;
         i += 1;
     }
 }
@@ -358,14 +369,48 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         barrier::wait_parity(smem.full_v(t.stage), t.parity);
         barrier::arrive(smem.empty_v(t.stage));
     };
+    // Ping-pong (`p.consumer_schedule` 1): the consumers take turns to issue their products, so
+    // the tensor cores run one consumer's S and P V while the other computes its softmax, and
+    // each one's S is not queued behind the other's. Consumer c's turn starts when it syncs on
+    // named barrier 3 + c and ends when it arrives on the other's; consumer 1 arrives once on
+    // consumer 0's at the block's start (`rpa_tiled_ws`), consumer 0 syncs once more at its end.
+    // Both take a turn for every tile of every item, their rows seeing it or not, so the turns
+    // pair up.
+    let pingpong = p.consumer_schedule != 0;
+    let turn_begin = #[inline(always)]
+    || {
+        if pingpong {
+            if consumer == 0 {
+                barrier::sync_named::<3>(2 * WARPGROUP)
+            } else {
+                barrier::sync_named::<4>(2 * WARPGROUP)
+            }
+        }
+    };
+    let turn_end = #[inline(always)]
+    || {
+        if pingpong {
+            if consumer == 0 {
+                barrier::arrive_named::<4>(2 * WARPGROUP)
+            } else {
+                barrier::arrive_named::<3>(2 * WARPGROUP)
+            }
+        }
+    };
     for i in 0..ia {
         skip(i);
+        turn_begin();
+        turn_end();
     }
     // S = Q Kᵀ of tile i issued (the tensor cores run it while the warps go on).
+    let wait_k = #[inline(always)]
+    |i: u32| {
+        let t = slot(i);
+        barrier::wait_parity(smem.full_k(t.stage), t.parity);
+    };
     let issue_s = #[inline(always)]
     |i: u32, s: &mut [[f32; 4]; S_NTILES]| {
         let t = slot(i);
-        barrier::wait_parity(smem.full_k(t.stage), t.parity);
         let acc = &mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]);
         wgmma::keep_accumulator(acc);
         wgmma::fence();
@@ -399,7 +444,10 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let mut pa = [[0u32; 4]; P_KSTEPS];
     if ia < ib {
         let mut s = [[0.0f32; 4]; S_NTILES];
+        wait_k(ia);
+        turn_begin();
         issue_s(ia, &mut s);
+        turn_end();
         wgmma::wait_group::<0>();
         wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]));
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
@@ -409,10 +457,13 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let mut i = ia + 1;
     while i < ib {
         let mut s = [[0.0f32; 4]; S_NTILES];
-        issue_s(i, &mut s);
         let prev = slot(i - 1);
+        wait_k(i);
         barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
+        turn_begin();
+        issue_s(i, &mut s);
         wgmma_pv_issue::<Q, NTILES, P_KSTEPS>(&mut o, &pa, smem.v(prev.stage));
+        turn_end();
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
         wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]));
@@ -437,6 +488,8 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     }
     for i in ib..num_tiles {
         skip(i);
+        turn_begin();
+        turn_end();
     }
 
     // Each warp owns its rows: normalize and write them.
@@ -478,6 +531,7 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
             for_each_item(
                 &ptr,
                 &p,
+                true,
                 #[inline(always)]
                 |seq, r0, rc| {
                     if seq != NO_SEQUENCE {
@@ -488,12 +542,23 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         }
     } else {
         warpgroup::claim_registers::<CONSUMER_REGISTERS>();
+        let consumer = role - 1;
+        // Ping-pong turns (see `consume_item`): consumer 0 goes first.
+        let pingpong = p.consumer_schedule != 0;
+        if pingpong && consumer == 1 {
+            barrier::arrive_named::<3>(2 * WARPGROUP);
+        }
         for_each_item(
             &ptr,
             &p,
+            true,
             #[inline(always)]
-            |seq, r0, rc| consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, role - 1, &mut tiles, seq, r0, rc),
+            |seq, r0, rc| consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, consumer, &mut tiles, seq, r0, rc),
         );
+        // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
+        if pingpong && consumer == 0 {
+            barrier::sync_named::<3>(2 * WARPGROUP);
+        }
     }
 }
 

@@ -236,6 +236,17 @@ fn bounded_from_env(var: &str, default: u32, range: std::ops::RangeInclusive<u32
 /// Environment variable overriding [`DEFAULT_MERGE_COST_KEYS`] (0 to 65536).
 pub const MERGE_COST_KEYS_ENV_VAR: &str = "XGK_RPA_MERGE_COST_KEYS";
 
+/// Environment variable choosing the warp-specialized kernel's consumer schedule (0 = the two
+/// consumer warpgroups issue their products freely, 1 = they take turns: ping-pong).
+pub const CONSUMER_SCHEDULE_ENV_VAR: &str = "XGK_WS_SCHEDULE";
+/// Default of [`CONSUMER_SCHEDULE_ENV_VAR`].
+const DEFAULT_CONSUMER_SCHEDULE: u32 = 1;
+
+/// Environment variable choosing whether the warp-specialized kernel's blocks are persistent
+/// (`1`, the default: as many blocks as multiprocessors, each walking items in a snake order)
+/// or take one item each (`0`).
+pub const PERSISTENT_ENV_VAR: &str = "XGK_WS_PERSISTENT";
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -249,6 +260,10 @@ pub struct LaunchSettings {
     pub min_split_tiles: u32,
     /// [`MERGE_COST_KEYS_ENV_VAR`].
     pub merge_cost_keys: u32,
+    /// [`CONSUMER_SCHEDULE_ENV_VAR`].
+    pub consumer_schedule: u32,
+    /// [`PERSISTENT_ENV_VAR`].
+    pub persistent: bool,
 }
 
 /// The settings, read once; `None` until first read.
@@ -263,7 +278,8 @@ fn settings() -> Result<LaunchSettings> {
 }
 
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
-/// [`MIN_SPLIT_TILES_ENV_VAR`] and [`MERGE_COST_KEYS_ENV_VAR`]
+/// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`] and
+/// [`PERSISTENT_ENV_VAR`]
 /// (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
@@ -276,6 +292,8 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         programmatic: programmatic_from_env()?,
         min_split_tiles: bounded_from_env(MIN_SPLIT_TILES_ENV_VAR, DEFAULT_MIN_SPLIT_TILES, 1..=64)?,
         merge_cost_keys: bounded_from_env(MERGE_COST_KEYS_ENV_VAR, DEFAULT_MERGE_COST_KEYS, 0..=65536)?,
+        consumer_schedule: bounded_from_env(CONSUMER_SCHEDULE_ENV_VAR, DEFAULT_CONSUMER_SCHEDULE, 0..=1)?,
+        persistent: bounded_from_env(PERSISTENT_ENV_VAR, 1, 0..=1)? == 1,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -873,6 +891,9 @@ unsafe fn launch_tiled(
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
+    if t.warp_specialized {
+        params.consumer_schedule = settings.consumer_schedule;
+    }
 
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
@@ -886,11 +907,26 @@ unsafe fn launch_tiled(
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
     let cfg = LaunchConfig {
-        grid: (t.capacity as u32, spec.num_kv_heads, 1),
+        grid: (tile_grid_width(module, spec, &t, settings.persistent), spec.num_kv_heads, 1),
         block: (t.threads, 1, 1),
         shared_bytes: t.shared_bytes,
     };
     module.launch(stream, t.name, cfg, &mut args.pointers(), settings.programmatic)
+}
+
+/// Blocks per KV head of the tile kernel: one per plan item (surplus blocks exit at once), or, for
+/// the persistent warp-specialized kernel (one block per multiprocessor fits), as many as fill
+/// the multiprocessors once, each walking its share of the items
+/// (`paged_attention_tiled::for_each_item`). Persistent blocks need not restart per item (block
+/// launch, barrier setup) and their producer loads the next item's first tiles under the
+/// consumers' epilogue.
+fn tile_grid_width(module: &ContextModule, spec: &PagedAttention, t: &TiledPlan, persistent: bool) -> u32 {
+    let per_head = module.multiprocessors / spec.num_kv_heads.max(1);
+    if t.warp_specialized && persistent && per_head >= 1 {
+        (t.capacity as u32).min(per_head)
+    } else {
+        t.capacity as u32
+    }
 }
 
 #[cfg(test)]

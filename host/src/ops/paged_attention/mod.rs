@@ -262,6 +262,7 @@ impl PagedAttention {
             copy_hint: 0,
             tile_rows: 0,
             plan_capacity: 0,
+            consumer_schedule: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
