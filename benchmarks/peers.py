@@ -401,8 +401,8 @@ class Ours:
     launches without programmatic dependent launch (`XGK_PDL=0`), `ms<N>` for at least N pipeline
     tiles per key split (`XGK_RPA_MIN_SPLIT_TILES`), `mc<N>` for the split model's merge cost in
     keys (`XGK_RPA_MERGE_COST_KEYS`), `pp<N>` for the warp-specialized kernel's consumer schedule
-    (`XGK_WS_SCHEDULE`: 0 free, 1 ping-pong), `ps<N>` for its persistent blocks (`XGK_WS_PERSISTENT`).
-    Example: `auto:ms1:nopdl`."""
+    (`XGK_WS_SCHEDULE`: 0 free, 1 ping-pong), `ps<N>` for its persistent blocks (`XGK_WS_PERSISTENT`:
+    0 one per pair, 1 snake order, 2 dynamic). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
@@ -424,7 +424,8 @@ class Ours:
             elif opt.startswith("ps") and opt[2:].isdigit():
                 self.persistent = opt[2:]
             else:
-                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, ps<N>)")
+                raise SystemExit(
+                    f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, ps<N>)")
 
     def select(self):
         select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys,

@@ -48,6 +48,9 @@ pub struct RpaParams {
     /// How the warp-specialized kernel's two consumer warpgroups share the tensor cores: 0 =
     /// freely, 1 = taking turns to issue their products (ping-pong); 0 for the other kernels.
     pub consumer_schedule: u32,
+    /// How the warp-specialized kernel's blocks take (item, KV head) pairs: 0 = in a fixed snake
+    /// order, 1 = from a counter (a dynamic schedule); 0 for the other kernels.
+    pub dynamic_pairs: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

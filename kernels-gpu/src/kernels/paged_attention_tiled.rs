@@ -54,7 +54,8 @@ pub const TILE_STAGES: u32 = 3;
 pub const TILE_THREADS: u32 = 128;
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
-/// Words before the items in the plan: item count, fallback flag, tile-item count, reserved.
+/// Words before the items in the plan: item count, fallback flag, tile-item count, and the
+/// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan).
 pub const PLAN_HEADER_WORDS: u32 = 4;
 /// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
 pub const PLAN_ITEM_WORDS: u32 = 4;
@@ -169,6 +170,7 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
         if tid == 0 {
             *plan = 0;
             *plan.add(1) = 1;
+            *plan.add(3) = 0;
         }
         return;
     }
@@ -219,6 +221,7 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
         *plan = (tiles + shorts + zero_items).min(capacity);
         *plan.add(1) = 0;
         *plan.add(2) = tiles.min(capacity);
+        *plan.add(3) = 0;
     }
 }
 
@@ -282,54 +285,67 @@ pub(crate) fn rows_visit_range(first: &RowWindow, last: &RowWindow, include_mask
     (lo_a.min(lo_b), hi_a.max(hi_b))
 }
 
-/// Calls `f(seq, first row, rows)` for the block's items: one (`blockIdx.x`'s) from the plan, or,
-/// with `persistent`, every `gridDim.x`-th in a snake order (round r takes item `r G + b` for
-/// even r and `r G + G - 1 - b` for odd r, G blocks, b = `blockIdx.x`: the items come heaviest
-/// first, so the blocks' loads even out), or, with an invalid `cu_q_lens` (the plan's fallback
-/// flag), one row per item, owned as [`find_sequence`] says, in a grid-stride loop. Block-uniform.
+/// The plan's header, as the tile kernels walk it.
+#[derive(Clone, Copy)]
+pub(crate) struct PlanView {
+    count: u32,
+    /// Invalid `cu_q_lens`: the items are single rows (see [`PlanView::item`]).
+    pub(crate) fallback: bool,
+    tiles: u32,
+}
+
+impl PlanView {
+    /// # Safety
+    /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait).
+    #[inline(always)]
+    pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>) -> Self {
+        PlanView { count: *ptr.plan, fallback: *ptr.plan.add(1) != 0, tiles: *ptr.plan.add(2) }
+    }
+
+    /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items,
+    /// tile items last-first (a causal sequence's last tiles see the most keys, and the kernels
+    /// take the lowest units first), or with the fallback flag row `unit`, owned as
+    /// [`find_sequence`] says. Items are in ascending order of `unit`: past one end, past all.
+    ///
+    /// # Safety
+    /// As [`PlanView::load`]; `ptr.cu_q_lens` and `ptr.num_seqs` as [`rpa_plan`] takes them.
+    #[inline(always)]
+    pub(crate) unsafe fn item<Q>(&self, ptr: &TiledPointers<Q>, p: &RpaParams, unit: u32) -> Option<(u32, u32, u32)> {
+        if self.fallback {
+            if unit >= p.max_tokens {
+                return None;
+            }
+            // Read here, not held: the producer's registers are few.
+            let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
+            let seq = find_sequence(unit as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
+            Some((seq.unwrap_or(NO_SEQUENCE), unit, 1))
+        } else {
+            if unit >= self.count {
+                return None;
+            }
+            let k = if unit < self.tiles { self.tiles - 1 - unit } else { unit };
+            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
+            Some((*item, *item.add(1), *item.add(2)))
+        }
+    }
+}
+
+/// Calls `f(seq, first row, rows, KV head)` for the block's items: item `blockIdx.x` of the plan
+/// for KV head `blockIdx.y`, or, with an invalid `cu_q_lens` (the plan's fallback flag), rows
+/// `blockIdx.x`, `blockIdx.x + gridDim.x`, ... ([`PlanView::item`]). Block-uniform.
 ///
 /// # Safety
-/// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait), `ptr.cu_q_lens`
-/// and `ptr.num_seqs` as [`rpa_plan`] takes them.
+/// As [`PlanView::item`].
 #[inline(always)]
-pub(crate) unsafe fn for_each_item<Q>(
-    ptr: &TiledPointers<Q>,
-    p: &RpaParams,
-    persistent: bool,
-    mut f: impl FnMut(u32, u32, u32),
-) {
-    let count = *ptr.plan;
-    let fallback = *ptr.plan.add(1) != 0;
-    let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
-    let (blocks, block) = (grid_dim_x(), block_idx_x());
-    let mut index = block;
-    let mut round = 0u32;
-    loop {
-        let (seq, r0, rc) = if fallback {
-            if index >= p.max_tokens {
-                break;
-            }
-            let t = index as i32;
-            (find_sequence(t, num_seqs, |i| *ptr.cu_q_lens.add(i as usize)).unwrap_or(NO_SEQUENCE), index, 1)
-        } else {
-            if index >= count {
-                break;
-            }
-            // Tile items last-first: a causal sequence's last tiles see the most keys.
-            let tiles = *ptr.plan.add(2);
-            let k = if index < tiles { tiles - 1 - index } else { index };
-            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
-            (*item, *item.add(1), *item.add(2))
-        };
-        f(seq, r0, rc);
-        if fallback {
-            index += blocks;
-        } else if persistent {
-            round += 1;
-            index = round * blocks + if round.is_multiple_of(2) { block } else { blocks - 1 - block };
-        } else {
+pub(crate) unsafe fn for_each_item<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, mut f: impl FnMut(u32, u32, u32, u32)) {
+    let plan = PlanView::load(ptr);
+    let mut unit = block_idx_x();
+    while let Some((seq, r0, rc)) = plan.item(ptr, p, unit) {
+        f(seq, r0, rc, block_idx_y());
+        if !plan.fallback {
             break;
         }
+        unit += grid_dim_x();
     }
 }
 
@@ -344,11 +360,11 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     crate::grid_dependency::wait_for_prerequisites();
     // One call site keeps a single inlined copy. (Short items through the mma.sync path in the WG
     // kernels, a second copy, made ptxas spill: benchmarks/NOTES.md "v4".)
-    for_each_item(&ptr, &p, false, |seq, r0, rc| tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc));
+    for_each_item(&ptr, &p, |seq, r0, rc, g| tile_item::<Q, D, KSTEPS, NTILES, WG>(&ptr, &p, seq, r0, rc, g));
 }
 
 /// One item: rows `[r0, r0 + rc)` of sequence `seq` (or zeros for [`NO_SEQUENCE`]) for the query
-/// heads of KV head `blockIdx.y`. Block-uniform; ends with a barrier, so a block may run another.
+/// heads of KV head `g`. Block-uniform; ends with a barrier, so a block may run another.
 ///
 /// `WG` (sm_90a image only): the block's four warps are one warpgroup and the tensor-core work is
 /// `wgmma` ([`crate::wgmma`]): S = Q Kᵀ for all 64 M rows with Q and K read from shared memory,
@@ -366,13 +382,13 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     seq: u32,
     r0: u32,
     rc: u32,
+    g: u32,
 ) {
-    let g = block_idx_y();
     let group = p.num_q_heads / p.num_kv_heads;
     let nq = p.num_q_heads as usize;
     let tid = thread_idx_x();
     if seq == NO_SEQUENCE {
-        zero_item_rows::<Q, D>(ptr, p, r0, rc, tid, TILE_THREADS);
+        zero_item_rows::<Q, D>(ptr, p, r0, rc, g, tid, TILE_THREADS);
         return;
     }
 
@@ -642,7 +658,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     sync_threads();
 
     // Each warp owns its rows: normalize and write them.
-    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, m_rows, &l, &o);
+    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
     sync_threads();
 }
 
@@ -730,7 +746,7 @@ impl ItemRows {
     }
 }
 
-/// Zeros rows `[r0, r0 + rc)` of the output for the query heads of KV head `blockIdx.y` (a zero-fill
+/// Zeros rows `[r0, r0 + rc)` of the output for the query heads of KV head `g` (a zero-fill
 /// item), thread `thread` of `threads` taking every `threads`-th 4-byte word.
 ///
 /// # Safety
@@ -741,10 +757,11 @@ pub(crate) unsafe fn zero_item_rows<Q, const D: usize>(
     p: &RpaParams,
     r0: u32,
     rc: u32,
+    g: u32,
     thread: u32,
     threads: u32,
 ) {
-    let (g, group, nq) = (block_idx_y(), p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
+    let (group, nq) = (p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
     // The heads of `g` are `group * D` contiguous elements of each row.
     let words_per_row = group * D as u32 / 2;
     let mut idx = thread;
@@ -757,22 +774,24 @@ pub(crate) unsafe fn zero_item_rows<Q, const D: usize>(
 }
 
 /// Normalizes this lane's share of its two M rows (`m_rows`, with `l` and `o` from the online
-/// softmax) and writes them to the output rows of item rows `[r0, r0 + rc)` (KV head
-/// `blockIdx.y`); rows past the item are skipped.
+/// softmax) and writes them to the output rows of item rows `[r0, r0 + rc)` (KV head `g`); rows
+/// past the item are skipped.
 ///
 /// # Safety
 /// Rows within `ptr.out`; every lane of the warp executes it (the row sums are quad reductions).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn store_rows<Q: MmaElement, const D: usize, const NTILES: usize>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     r0: u32,
     rc: u32,
+    g: u32,
     m_rows: [u32; 2],
     l: &[f32; 2],
     o: &[[f32; 4]; NTILES],
 ) {
-    let (g, group, nq) = (block_idx_y(), p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
+    let (group, nq) = (p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
     let cq = (lane_id() % 4) as usize;
     unroll::<2>(|ri| {
         let sum = quad_sum(l[ri]);

@@ -5,12 +5,13 @@
 //! [`ws_tile_rows`] query rows per tile item: 128 M rows), planned by [`rpa_plan_ws`], which also
 //! stores the call's K/V tensor map ([`crate::tma`]) after the plan ([`ws_tensor_map_address`]). A block of [`WS_THREADS`]
 //! threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
-//! - warpgroup 0, the *producer*: its first warp loads K/V tiles of [`WS_KEYS`] keys into
-//!   two-stage shared-memory rings with the tensor memory accelerator, one bulk copy per (16-key
-//!   page block, 64-dim column block, K or V), lanes 0-7 one 16-key block each, completing the
-//!   bytes on the stage's *full* mbarrier, K of tile i before V of tile i - 1 (a K stage frees
-//!   early in the consumers' tile, a V stage late); it needs 24 registers, so the consumers get
-//!   240;
+//! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`WS_KEYS`]
+//!   keys into shared-memory rings (two K stages, three V stages: a V stage is released a tile
+//!   after its K stage) with the tensor memory accelerator, one bulk copy per (16-key page block,
+//!   64-dim column block), lanes 0-7 one 16-key block each, completing the bytes on the stage's
+//!   *full* mbarrier; its warps 2 and 3 load each item's Q tile (`cp.async`, rows past the item
+//!   zero-filled) into a two-slot ring, so the next item's Q is in place when the consumers
+//!   finish an item; it runs on 48 registers, the consumers on 224;
 //! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
 //!   `m64n128k16`, Q and K from shared memory), the mask and online softmax, and O += P V
 //!   (`wgmma`, P from registers), in FA3's order (S of tile i issued before the P V of tile i - 1,
@@ -26,6 +27,12 @@
 //! end) travels with the K tile: the producer writes four 32-bit masks per stage, released by the
 //! stage's full barrier.
 //!
+//! The grid is one row of blocks walking the (item, KV head) pairs ([`for_each_pair`]): one block
+//! per pair, or persistent blocks, as many as there are multiprocessors, whose producer loads the
+//! next item's Q and first tiles under the consumers' last tiles and epilogue. Persistent blocks
+//! take their pairs in a fixed snake order or, with `RpaParams::dynamic_pairs`, from a counter in
+//! the plan's header, fetched by thread 0 and passed to the block through a shared-memory ring.
+//!
 //! Needs page sizes that are multiples of 16 and a KV pool the tensor map can describe (checked on
 //! the host, `tiled_ws_supports`).
 
@@ -36,15 +43,16 @@ use crate::kernel;
 use crate::mma::MmaElement;
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
-use crate::thread::{block_idx_y, sync_threads, thread_idx_x};
+use crate::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights};
 use super::paged_attention_tiled::{
-    for_each_item, keep_o, mask_logits, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows,
-    LogitScale, TiledPointers, NO_SEQUENCE,
+    keep_o, mask_logits, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, LogitScale,
+    PlanView, TiledPointers, NO_SEQUENCE,
 };
 use super::unroll;
 
@@ -54,8 +62,19 @@ pub const WS_TILE_M: u32 = 128;
 pub const WS_KEYS: u32 = 128;
 /// Threads per block: the producer warpgroup and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
-/// Stages of each of the K and V rings (a stage of K or V is 32 KiB at head_dim 128).
-pub const WS_STAGES: u32 = 2;
+/// Stages of the K ring and of the V ring (a stage of K or V is 32 KiB at head_dim 128). V gets
+/// one more: with K(i) and V(i) loaded together, a V stage is released a tile later than its K
+/// stage (after P V, not after S), and a third stage gives its copy a tile more of lead.
+pub const WS_K_STAGES: u32 = 2;
+pub const WS_V_STAGES: u32 = 3;
+/// Stages of both rings.
+const KV_STAGES: u32 = WS_K_STAGES + WS_V_STAGES;
+/// Slots of the Q ring (a slot is both consumers' Q tiles: 32 KiB at head_dim 128).
+const Q_SLOTS: u32 = 2;
+/// Threads of the producer warpgroup that load Q: its warps 2 and 3 (warps 0 and 1 load K and V).
+const Q_LOADERS: u32 = WARPGROUP - 2 * WARP_SIZE;
+/// Slots of the schedule ring (pair indices thread 0 fetched, read by every thread).
+const SCHED_SLOTS: u32 = 4;
 /// Keys of one bulk copy: a 16-key block of one page (page sizes are multiples of 16).
 pub const WS_BLOCK_KEYS: u32 = 16;
 /// Threads of a warpgroup.
@@ -67,15 +86,19 @@ const S_NTILES: usize = (WS_KEYS / 8) as usize;
 const P_KSTEPS: usize = (WS_KEYS / 16) as usize;
 /// Presence words (32 keys each) of a tile.
 const PRESENCE_WORDS: usize = (WS_KEYS / 32) as usize;
-/// Registers per thread of the producer and of the consumers: the block's pool (168 per thread
-/// for 384 threads) split 24 / 240 (128 x 24 + 256 x 240 = 384 x 168), FA3's split: S (64), O
-/// (64) and P (32) of a consumer thread fit with room for the softmax.
-const PRODUCER_REGISTERS: u32 = 24;
-const CONSUMER_REGISTERS: u32 = 240;
+/// Registers per thread of the producer and of the consumers, within the block's pool (168 per
+/// thread for 384 threads: 128 x 48 + 256 x 224 <= 384 x 168; budgets are multiples of 8). S
+/// (64), O (64) and P (32) of a consumer thread fit with room for the softmax; FA3's 24 / 240, and
+/// 40 / 232, left the producer (its walk over (item, KV head) pairs, its Q loaders) spilling
+/// with ptxas 13.0.
+const PRODUCER_REGISTERS: u32 = 48;
+const CONSUMER_REGISTERS: u32 = 224;
 /// Arrivals that fill a stage: the producer's lane 0, announcing the stage's bytes.
 const FULL_ARRIVALS: u32 = 1;
-/// Arrivals that empty a stage: every consumer thread, once it has read the stage.
+/// Arrivals that empty a stage (or a Q slot): every consumer thread, once it has read it.
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
+/// Mbarriers: full and empty for each K and V stage, each Q slot and each schedule slot.
+const BARRIERS: u32 = 2 * KV_STAGES + 2 * Q_SLOTS + 2 * SCHED_SLOTS;
 
 /// Query rows per tile item of this kernel for a GQA group.
 pub const fn ws_tile_rows(group: u32) -> u32 {
@@ -93,11 +116,16 @@ pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
     plan_bytes(plan_capacity) + 2 * tma::MAP_BYTES as u64
 }
 
-/// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the two
-/// consumers' Q tiles, the K and V rings, then the mbarriers (four per stage) and the presence
-/// masks. At head_dim 128: 161 KiB (one block per multiprocessor, as its registers allow anyway).
+/// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
+/// ring (two consumers' Q tiles per slot), the K and V rings, then the mbarriers, the presence
+/// masks (with K) and the schedule ring. At head_dim 128: 225 KiB (one block per multiprocessor,
+/// as its registers allow anyway; 227 KiB is the most a block may take).
 pub const fn ws_shared_bytes(head_dim: u32) -> u32 {
-    1024 + 2 * q_tile_bytes(head_dim) + 2 * WS_STAGES * stage_bytes(head_dim) + WS_STAGES * (4 * 8 + WS_KEYS / 8)
+    1024 + 2 * Q_SLOTS * q_tile_bytes(head_dim)
+        + KV_STAGES * stage_bytes(head_dim)
+        + 8 * BARRIERS
+        + WS_K_STAGES * (WS_KEYS / 8)
+        + 4 * SCHED_SLOTS
 }
 
 const fn q_tile_bytes(head_dim: u32) -> u32 {
@@ -119,41 +147,60 @@ struct SharedLayout {
 }
 
 impl SharedLayout {
-    fn q(&self, consumer: u32) -> u32 {
-        self.base + consumer * q_tile_bytes(self.head_dim)
+    fn q(&self, slot: u32, consumer: u32) -> u32 {
+        self.base + (2 * slot + consumer) * q_tile_bytes(self.head_dim)
     }
     fn k(&self, stage: u32) -> u32 {
-        self.base + 2 * q_tile_bytes(self.head_dim) + stage * stage_bytes(self.head_dim)
+        self.base + 2 * Q_SLOTS * q_tile_bytes(self.head_dim) + stage * stage_bytes(self.head_dim)
     }
     fn v(&self, stage: u32) -> u32 {
-        self.k(WS_STAGES + stage)
+        self.k(WS_K_STAGES + stage)
     }
     fn barriers(&self) -> u32 {
-        self.k(2 * WS_STAGES)
+        self.k(KV_STAGES)
     }
     fn full_k(&self, stage: u32) -> u32 {
         self.barriers() + 8 * stage
     }
     fn full_v(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * (WS_STAGES + stage)
+        self.barriers() + 8 * (WS_K_STAGES + stage)
     }
     fn empty_k(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * (2 * WS_STAGES + stage)
+        self.barriers() + 8 * (KV_STAGES + stage)
     }
     fn empty_v(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * (3 * WS_STAGES + stage)
+        self.barriers() + 8 * (KV_STAGES + WS_K_STAGES + stage)
+    }
+    fn full_q(&self, slot: u32) -> u32 {
+        self.barriers() + 8 * (2 * KV_STAGES + slot)
+    }
+    fn empty_q(&self, slot: u32) -> u32 {
+        self.barriers() + 8 * (2 * KV_STAGES + Q_SLOTS + slot)
+    }
+    fn full_sched(&self, slot: u32) -> u32 {
+        self.barriers() + 8 * (2 * KV_STAGES + 2 * Q_SLOTS + slot)
+    }
+    fn empty_sched(&self, slot: u32) -> u32 {
+        self.barriers() + 8 * (2 * KV_STAGES + 2 * Q_SLOTS + SCHED_SLOTS + slot)
+    }
+    /// The pair index in schedule slot `slot`.
+    fn sched(&self, slot: u32) -> *mut u32 {
+        let offset = self.barriers() - self.base + 8 * BARRIERS + WS_K_STAGES * 4 * PRESENCE_WORDS as u32 + 4 * slot;
+        // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
+        unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
     }
     /// [`PRESENCE_WORDS`] words: bit k of word w says whether key `32 w + k` of the stage's tile is
     /// present.
     fn presence(&self, stage: u32) -> *mut u32 {
-        let offset = self.barriers() - self.base + 8 * 4 * WS_STAGES + stage * 4 * PRESENCE_WORDS as u32;
+        let offset = self.barriers() - self.base + 8 * BARRIERS + stage * 4 * PRESENCE_WORDS as u32;
         // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
         unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
     }
 }
 
-/// A position in the rings: the `n`-th tile the block handles (counted across its items) uses
-/// stage `n % WS_STAGES` in round `n / WS_STAGES`, whose full phase has parity `round & 1`.
+/// A position in a ring: the block's `n`-th use of a ring of S slots (for K and V: its `n`-th
+/// tile, counted across its items) takes slot `n % S` in round `n / S`, whose full phase has
+/// parity `round & 1`.
 #[derive(Clone, Copy)]
 struct RingSlot {
     stage: u32,
@@ -161,8 +208,24 @@ struct RingSlot {
 }
 
 impl RingSlot {
-    fn of(n: u32) -> Self {
-        RingSlot { stage: n % WS_STAGES, parity: (n / WS_STAGES) & 1 }
+    const fn in_ring(n: u32, slots: u32) -> Self {
+        RingSlot { stage: n % slots, parity: (n / slots) & 1 }
+    }
+    /// The K ring's stage of the block's `n`-th tile.
+    fn k_of(n: u32) -> Self {
+        Self::in_ring(n, WS_K_STAGES)
+    }
+    /// The V ring's stage of the block's `n`-th tile.
+    fn v_of(n: u32) -> Self {
+        Self::in_ring(n, WS_V_STAGES)
+    }
+    /// The Q ring's slot of the block's `n`-th item (of a sequence: zero-fill items take none).
+    fn q_of(n: u32) -> Self {
+        Self::in_ring(n, Q_SLOTS)
+    }
+    /// The schedule ring's slot of the block's `n`-th pair.
+    fn sched_of(n: u32) -> Self {
+        Self::in_ring(n, SCHED_SLOTS)
     }
 }
 
@@ -185,14 +248,17 @@ fn keys_below(keys: u32, base: u32) -> u32 {
     }
 }
 
-/// The producer's part of one item (its first warp; the caller skips the others): for each key
-/// tile, wait until its K stage is empty, write the presence masks, announce the stage's bytes
-/// and copy K, lane `b` < 8 its 16-key block `b` (page-table entry, then one bulk copy per
-/// 64-dim column block); then the same for the V of the tile before. `tiles`: the block's tile
-/// counter; `map`: the K/V tensor map (global address, acquired).
+/// One producer warp's part of one item: for each key tile, K (`VALUES` false: the producer's
+/// warp 0) or V (`VALUES` true: its warp 1): wait until the tile's stage is empty, for K write
+/// the presence masks, announce the stage's bytes and copy, lane `b` < 8 its 16-key block `b`
+/// (page-table entry, then one bulk copy per 64-dim column block). Two warps, so that K and V
+/// each have a warp to issue their copies: a copy's coordinates are per lane, and ptxas issues
+/// the lanes' copies one after another (a loop of lane election, moves to uniform registers and
+/// the copy), which one warp for both K and V could not keep ahead of the consumers. `tiles`: the
+/// block's tile counter; `map`: the K/V tensor map (global address, acquired).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn produce_item<Q, const D: usize>(
+unsafe fn produce_item<Q, const D: usize, const VALUES: bool>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
@@ -201,12 +267,13 @@ unsafe fn produce_item<Q, const D: usize>(
     seq: u32,
     r0: u32,
     rc: u32,
+    g: u32,
 ) {
     let lane = lane_id();
     let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
     let num_tiles = (hi - lo).div_ceil(WS_KEYS);
     // K rows of head g at index 2g of a token, V rows at 2g + 1 (the interleaved layout).
-    let k_head = 2 * block_idx_y() as i32;
+    let k_head = 2 * g as i32;
     let tile_bytes = WS_KEYS * D as u32 * 2;
     let first_tile = *tiles;
     *tiles += num_tiles;
@@ -222,28 +289,35 @@ unsafe fn produce_item<Q, const D: usize>(
             });
         }
     };
-    // K of tile i, then V of tile i - 1: a K stage is released early in the consumers' tile (after
-    // S), a V stage only once its P V is done, so the next K never waits behind a V stage.
-    let mut previous_token = 0i32;
-    let mut i = 0;
-    while i <= num_tiles {
+    for i in 0..num_tiles {
+        let n = first_tile + i;
+        // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
+        // outside the tensor: zeros) for a block on an invalid page or past the keys.
+        let tile_base = lo + i * WS_KEYS;
+        let j = tile_base + lane * WS_BLOCK_KEYS;
         let mut token = -(WS_BLOCK_KEYS as i32);
-        if i < num_tiles {
-            let slot = RingSlot::of(first_tile + i);
-            // This lane's 16-key block: the token of its first key in the pool, or -16 (a box
-            // wholly outside the tensor: zeros) for a block on an invalid page or past the keys.
-            let tile_base = lo + i * WS_KEYS;
-            let j = tile_base + lane * WS_BLOCK_KEYS;
-            if lane < P_KSTEPS as u32 && j < hi {
-                // A plain division (the parameter is read from the constant bank): the producer
-                // runs on 24 registers, where a multiply-high divider's two would spill.
-                let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
-                let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
-                if page_is_valid(page, p.total_pages) {
-                    // < 2^31: total_pages * page_size is checked on the host.
-                    token = (page as u32 * p.page_size + in_page) as i32;
-                }
+        if lane < P_KSTEPS as u32 && j < hi {
+            // A plain division (the parameter is read from the constant bank): the producer
+            // runs on few registers, where a multiply-high divider would hold two more.
+            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
+            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
+            if page_is_valid(page, p.total_pages) {
+                // < 2^31: total_pages * page_size is checked on the host.
+                token = (page as u32 * p.page_size + in_page) as i32;
             }
+        }
+        if VALUES {
+            let slot = RingSlot::v_of(n);
+            let v_full = smem.full_v(slot.stage);
+            barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
+            if lane == 0 {
+                barrier::arrive_expect_tx(v_full, tile_bytes);
+            }
+            // The copies complete on the barrier once lane 0 has announced their bytes.
+            sync_warp();
+            copy_tile(smem.v(slot.stage), k_head + 1, token, v_full);
+        } else {
+            let slot = RingSlot::k_of(n);
             // Bit b: block b is on a valid page (and starts before the item's end).
             let valid_blocks = warp_ballot(token >= 0);
             let k_full = smem.full_k(slot.stage);
@@ -260,23 +334,53 @@ unsafe fn produce_item<Q, const D: usize>(
                 });
                 barrier::arrive_expect_tx(k_full, tile_bytes);
             }
-            // The copies complete on the barrier once lane 0 has announced their bytes.
             sync_warp();
             copy_tile(smem.k(slot.stage), k_head, token, k_full);
         }
-        if i >= 1 {
-            let slot = RingSlot::of(first_tile + i - 1);
-            let v_full = smem.full_v(slot.stage);
-            barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
-            if lane == 0 {
-                barrier::arrive_expect_tx(v_full, tile_bytes);
-            }
-            sync_warp();
-            copy_tile(smem.v(slot.stage), k_head + 1, previous_token, v_full);
-        }
-        previous_token = token;
-        i += 1;
     }
+}
+
+/// The Q loaders' part of one item (the producer warpgroup's warps 2 and 3, `loader` 0..64): once the
+/// item's Q slot is empty, both consumers' 64 M rows into their tiles, laid out as K is (64-dim
+/// column blocks of 128-byte rows, swizzled), rows past the item zero-filled; then each loader
+/// waits for its copies, makes them visible to the tensor cores' async proxy and arrives on the
+/// slot's full barrier. `items`: the block's count of sequence items.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn load_q_item<Q, const D: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    loader: u32,
+    items: &mut u32,
+    r0: u32,
+    rc: u32,
+    g: u32,
+) {
+    let slot = RingSlot::q_of(*items);
+    *items += 1;
+    let group = p.num_q_heads / p.num_kv_heads;
+    let nq = p.num_q_heads as usize;
+    let row_chunks = D as u32 / 8;
+    let no_hint = CopyHint { prefetch_256: false, evict_first: None };
+    barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
+    let mut c = loader;
+    while c < 2 * CONSUMER_M * row_chunks {
+        // M row `m` (of the item's 128) and its 16-byte chunk; consumer m / 64 holds it.
+        let (m, chunk) = (c / row_chunks, c % row_chunks);
+        let (r, h) = (m / group, g * group + m % group);
+        let src =
+            if r < rc { ptr.q.add(((r0 + r) as usize * nq + h as usize) * D + chunk as usize * 8) } else { ptr.q };
+        let tile = smem.q(slot.stage, m / CONSUMER_M);
+        let dst = tile + (chunk / 8) * CONSUMER_M * 128 + wgmma::swizzled_128b_offset(m % CONSUMER_M, chunk % 8);
+        cp_async_16(dst, src as *const u8, r < rc, no_hint);
+        c += Q_LOADERS;
+    }
+    commit_group();
+    wait_all();
+    // The tile is read by `wgmma` (the async proxy): order the copies' writes before it.
+    wgmma::fence_proxy_async_shared();
+    barrier::arrive(smem.full_q(slot.stage));
 }
 
 /// A consumer's part of one item: its 64 M rows (`consumer` 0 or 1: M rows `64 consumer ..`),
@@ -290,17 +394,17 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     smem: SharedLayout,
     consumer: u32,
     tiles: &mut u32,
+    items: &mut u32,
     seq: u32,
     r0: u32,
     rc: u32,
+    g: u32,
 ) {
-    let g = block_idx_y();
     let group = p.num_q_heads / p.num_kv_heads;
-    let nq = p.num_q_heads as usize;
     let ctid = thread_idx_x() - WARPGROUP; // 0..256 over both consumers
     let wtid = ctid % WARPGROUP; // within this consumer
     if seq == NO_SEQUENCE {
-        zero_item_rows::<Q, D>(ptr, p, r0, rc, ctid, 2 * WARPGROUP);
+        zero_item_rows::<Q, D>(ptr, p, r0, rc, g, ctid, 2 * WARPGROUP);
         return;
     }
 
@@ -315,34 +419,11 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     // Warp w owns M rows c_base + 16w .. + 16; this lane rows lane/4 and lane/4 + 8 of them.
     let (m_rows, rows) = item.warp_rows(c_base + warp * 16, group);
 
-    // Q: this consumer's 64 M rows into its tile, laid out as K is (64-dim column blocks of
-    // 128-byte rows, swizzled), rows past the item zero-filled. The barrier before: the previous
-    // item's S products (every warp's) are done with the tile.
-    let sync_consumer = || {
-        if consumer == 0 {
-            barrier::sync_named::<1>(WARPGROUP)
-        } else {
-            barrier::sync_named::<2>(WARPGROUP)
-        }
-    };
-    sync_consumer();
-    let q_tile = smem.q(consumer);
-    let row_chunks = D as u32 / 8;
-    let no_hint = CopyHint { prefetch_256: false, evict_first: None };
-    let mut c = wtid;
-    while c < CONSUMER_M * row_chunks {
-        let (mr, chunk) = (c / row_chunks, c % row_chunks);
-        let r = (c_base + mr) / group;
-        let h = (g * group + (c_base + mr) % group) as usize;
-        let src = if r < rc { ptr.q.add(((r0 + r) as usize * nq + h) * D + chunk as usize * 8) } else { ptr.q };
-        let dst = q_tile + (chunk / 8) * CONSUMER_M * 128 + wgmma::swizzled_128b_offset(mr, chunk % 8);
-        cp_async_16(dst, src as *const u8, r < rc, no_hint);
-        c += WARPGROUP;
-    }
-    commit_group();
-    wait_all();
-    wgmma::fence_proxy_async_shared();
-    sync_consumer();
+    // Q: this consumer's 64 M rows, loaded by the producer's Q loaders (`load_q_item`).
+    let q_slot = RingSlot::q_of(*items);
+    *items += 1;
+    let q_tile = smem.q(q_slot.stage, consumer);
+    barrier::wait_parity(smem.full_q(q_slot.stage), q_slot.parity);
     let q_desc = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
 
     let logit = LogitScale::new(p, true);
@@ -353,7 +434,8 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     // intervals that grow with the row); the others are waited for and released unread.
     let first_tile = *tiles;
     *tiles += num_tiles;
-    let slot = |i: u32| RingSlot::of(first_tile + i);
+    let k_slot = |i: u32| RingSlot::k_of(first_tile + i);
+    let v_slot = |i: u32| RingSlot::v_of(first_tile + i);
     let tile_base = |i: u32| lo + i * WS_KEYS;
     let (ia, ib) = if c_lo < c_hi {
         let ia = (c_lo.max(lo) - lo) / WS_KEYS;
@@ -363,11 +445,11 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     };
     let skip = #[inline(always)]
     |i: u32| {
-        let t = slot(i);
-        barrier::wait_parity(smem.full_k(t.stage), t.parity);
-        barrier::arrive(smem.empty_k(t.stage));
-        barrier::wait_parity(smem.full_v(t.stage), t.parity);
-        barrier::arrive(smem.empty_v(t.stage));
+        let (k, v) = (k_slot(i), v_slot(i));
+        barrier::wait_parity(smem.full_k(k.stage), k.parity);
+        barrier::arrive(smem.empty_k(k.stage));
+        barrier::wait_parity(smem.full_v(v.stage), v.parity);
+        barrier::arrive(smem.empty_v(v.stage));
     };
     // Ping-pong (`p.consumer_schedule` 1): the consumers take turns to issue their products, so
     // the tensor cores run one consumer's S and P V while the other computes its softmax, and
@@ -405,12 +487,12 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     // S = Q Kᵀ of tile i issued (the tensor cores run it while the warps go on).
     let wait_k = #[inline(always)]
     |i: u32| {
-        let t = slot(i);
+        let t = k_slot(i);
         barrier::wait_parity(smem.full_k(t.stage), t.parity);
     };
     let issue_s = #[inline(always)]
     |i: u32, s: &mut [[f32; 4]; S_NTILES]| {
-        let t = slot(i);
+        let t = k_slot(i);
         let acc = &mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]);
         wgmma::keep_accumulator(acc);
         wgmma::fence();
@@ -429,11 +511,11 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     // packed into P by the caller once no wgmma is in flight); returns the rescale O still needs.
     let softmax = #[inline(always)]
     |i: u32, s: &mut [[f32; 4]; S_NTILES], m: &mut [f32; 2], l: &mut [f32; 2]| {
-        let presence = smem.presence(slot(i).stage);
+        let presence = smem.presence(k_slot(i).stage);
         let mut present = [0u32; PRESENCE_WORDS];
         unroll::<PRESENCE_WORDS>(|w| present[w] = *presence.add(w));
         // K is read: the producer may refill its stage.
-        barrier::arrive(smem.empty_k(slot(i).stage));
+        barrier::arrive(smem.empty_k(k_slot(i).stage));
         mask_logits(s, tile_base(i), present, &rows, &logit, p);
         online_softmax_weights_f32::<S_NTILES>(s, logit.exp_scale, m, l)
     };
@@ -457,7 +539,7 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let mut i = ia + 1;
     while i < ib {
         let mut s = [[0.0f32; 4]; S_NTILES];
-        let prev = slot(i - 1);
+        let prev = v_slot(i - 1);
         wait_k(i);
         barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
         turn_begin();
@@ -478,7 +560,7 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         i += 1;
     }
     if ia < ib {
-        let last = slot(ib - 1);
+        let last = v_slot(ib - 1);
         barrier::wait_parity(smem.full_v(last.stage), last.parity);
         wgmma_pv_issue::<Q, NTILES, P_KSTEPS>(&mut o, &pa, smem.v(last.stage));
         wgmma::wait_group::<0>();
@@ -491,9 +573,59 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         turn_begin();
         turn_end();
     }
+    // Every S product (the Q tile's reader) has completed: the loaders may refill the slot.
+    barrier::arrive(smem.empty_q(q_slot.stage));
 
     // Each warp owns its rows: normalize and write them.
-    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, m_rows, &l, &o);
+    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+}
+
+/// Calls `f(seq, first row, rows, KV head)` for the block's (item, KV head) pairs, every role of
+/// the block seeing the same sequence. Pair `w` is item `w / num_kv_heads` ([`PlanView::item`])
+/// for KV head `w % num_kv_heads` (heads fastest: the heaviest items first). The block's `n`-th
+/// pair: with `p.dynamic_pairs` 0, the snake order (`n G + b` for even n, `n G + G - 1 - b` for
+/// odd n, G blocks, b = `blockIdx.x`: persistent blocks' loads even out; a grid of one block per
+/// pair takes one each); with 1, the next value of the plan's work counter, fetched by thread 0
+/// into the schedule ring (its full barrier releases the slot to every thread, whose arrivals on
+/// the empty barrier let thread 0 reuse it). Block-uniform.
+///
+/// # Safety
+/// As [`PlanView::item`]; every thread of the block calls it (the schedule ring's barriers count
+/// them all); the pair indices, with a grid's width of slack, fit in a `u32` (on the host,
+/// `ws_work_indices_fit`).
+#[inline(always)]
+unsafe fn for_each_pair<Q>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    mut f: impl FnMut(u32, u32, u32, u32),
+) {
+    let plan = PlanView::load(ptr);
+    let heads = p.num_kv_heads.max(1);
+    let (blocks, block) = (grid_dim_x(), block_idx_x());
+    let dynamic = p.dynamic_pairs != 0;
+    let mut n = 0u32;
+    loop {
+        let w = if dynamic {
+            let slot = RingSlot::sched_of(n);
+            if thread_idx_x() == 0 {
+                barrier::wait_parity(smem.empty_sched(slot.stage), slot.parity ^ 1);
+                // The counter (plan header word 3) is zeroed by the plan kernel.
+                let counter = AtomicU32::from_ptr(ptr.plan.add(3) as *mut u32);
+                *smem.sched(slot.stage) = counter.fetch_add(1, Ordering::Relaxed);
+                barrier::arrive(smem.full_sched(slot.stage));
+            }
+            barrier::wait_parity(smem.full_sched(slot.stage), slot.parity);
+            let w = *smem.sched(slot.stage);
+            barrier::arrive(smem.empty_sched(slot.stage));
+            w
+        } else {
+            n * blocks + if n.is_multiple_of(2) { block } else { blocks - 1 - block }
+        };
+        let Some((seq, r0, rc)) = plan.item(ptr, p, w / heads) else { break };
+        f(seq, r0, rc, w % heads);
+        n += 1;
+    }
 }
 
 #[inline(always)]
@@ -512,30 +644,67 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let smem = SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32 };
     let tid = thread_idx_x();
     if tid == 0 {
-        for stage in 0..WS_STAGES {
+        for stage in 0..WS_K_STAGES {
             barrier::init(smem.full_k(stage), FULL_ARRIVALS);
-            barrier::init(smem.full_v(stage), FULL_ARRIVALS);
             barrier::init(smem.empty_k(stage), EMPTY_ARRIVALS);
+        }
+        for stage in 0..WS_V_STAGES {
+            barrier::init(smem.full_v(stage), FULL_ARRIVALS);
             barrier::init(smem.empty_v(stage), EMPTY_ARRIVALS);
+        }
+        for slot in 0..Q_SLOTS {
+            barrier::init(smem.full_q(slot), Q_LOADERS);
+            barrier::init(smem.empty_q(slot), EMPTY_ARRIVALS);
+        }
+        for slot in 0..SCHED_SLOTS {
+            barrier::init(smem.full_sched(slot), 1);
+            barrier::init(smem.empty_sched(slot), WS_THREADS);
         }
     }
     sync_threads();
-    // Every role walks the same items and tiles, counting tiles the same way.
+    // Every role walks the same items and tiles, counting tiles (and sequence items) the same way.
     let mut tiles = 0u32;
+    let mut items = 0u32;
     let role = tid / WARPGROUP;
     if role == 0 {
         warpgroup::release_registers::<PRODUCER_REGISTERS>();
-        if tid < WARP_SIZE {
+        if tid < 2 * WARP_SIZE {
             let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64);
             tma::acquire_map(map);
-            for_each_item(
+            if tid < WARP_SIZE {
+                for_each_pair(
+                    &ptr,
+                    &p,
+                    smem,
+                    #[inline(always)]
+                    |seq, r0, rc, g| {
+                        if seq != NO_SEQUENCE {
+                            produce_item::<Q, D, false>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
+                        }
+                    },
+                );
+            } else {
+                for_each_pair(
+                    &ptr,
+                    &p,
+                    smem,
+                    #[inline(always)]
+                    |seq, r0, rc, g| {
+                        if seq != NO_SEQUENCE {
+                            produce_item::<Q, D, true>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
+                        }
+                    },
+                );
+            }
+        } else {
+            for_each_pair(
                 &ptr,
                 &p,
-                true,
+                smem,
                 #[inline(always)]
-                |seq, r0, rc| {
+                |seq, r0, rc, g| {
                     if seq != NO_SEQUENCE {
-                        produce_item::<Q, D>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc)
+                        load_q_item::<Q, D>(&ptr, &p, smem, tid - 2 * WARP_SIZE, &mut items, r0, rc, g)
                     }
                 },
             );
@@ -548,12 +717,14 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         if pingpong && consumer == 1 {
             barrier::arrive_named::<3>(2 * WARPGROUP);
         }
-        for_each_item(
+        for_each_pair(
             &ptr,
             &p,
-            true,
+            smem,
             #[inline(always)]
-            |seq, r0, rc| consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, consumer, &mut tiles, seq, r0, rc),
+            |seq, r0, rc, g| {
+                consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, consumer, &mut tiles, &mut items, seq, r0, rc, g)
+            },
         );
         // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
         if pingpong && consumer == 0 {
@@ -593,7 +764,8 @@ macro_rules! rpa_tile_ws_kernels {
         /// [`rpa_plan_ws`] with [`ws_tile_rows`] rows per tile item.
         ///
         /// # Safety
-        /// Grid `(params.plan_capacity, num_kv_heads)`, [`WS_THREADS`] threads and
+        /// Grid `(n, 1)` with n at most `params.plan_capacity * num_kv_heads` (whose triple, and
+        /// that of `max_tokens * num_kv_heads`, fit in a `u32`), [`WS_THREADS`] threads and
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
         /// shape `params` describes, `plan` written by [`rpa_plan_ws`] with the same `params`
         /// and a tensor map of `kv`. Metadata values may be anything: they never lead outside
@@ -633,21 +805,25 @@ mod tests {
     }
 
     #[test]
-    fn register_budgets_fill_the_pool_of_384_threads() {
+    fn register_budgets_fit_the_pool_of_384_threads() {
         // 65536 registers per multiprocessor; 384 threads get at most 168 each (a multiple of 8).
-        assert_eq!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS, WS_THREADS * 168);
+        assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168);
+        assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8));
         assert_eq!(WS_THREADS, 3 * WARPGROUP);
     }
 
     #[test]
     fn ring_slots_alternate_parity_per_round() {
-        let slots: [(u32, u32); 9] = core::array::from_fn(|n| {
-            let s = RingSlot::of(n as u32);
-            (s.stage, s.parity)
-        });
-        assert_eq!(slots[0], (0, 0));
-        assert_eq!(slots[WS_STAGES as usize - 1], (WS_STAGES - 1, 0));
-        assert_eq!(slots[WS_STAGES as usize], (0, 1));
-        assert_eq!(slots[2 * WS_STAGES as usize], (0, 0));
+        for (slots, of) in [(WS_K_STAGES, RingSlot::k_of as fn(u32) -> RingSlot), (WS_V_STAGES, RingSlot::v_of)] {
+            let at = |n: u32| {
+                let s = of(n);
+                (s.stage, s.parity)
+            };
+            assert_eq!(at(0), (0, 0));
+            assert_eq!(at(slots - 1), (slots - 1, 0));
+            assert_eq!(at(slots), (0, 1));
+            assert_eq!(at(2 * slots), (0, 0));
+            assert_eq!(at(2 * slots - 1), (slots - 1, 1));
+        }
     }
 }

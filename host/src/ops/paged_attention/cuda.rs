@@ -242,10 +242,12 @@ pub const CONSUMER_SCHEDULE_ENV_VAR: &str = "XGK_WS_SCHEDULE";
 /// Default of [`CONSUMER_SCHEDULE_ENV_VAR`].
 const DEFAULT_CONSUMER_SCHEDULE: u32 = 1;
 
-/// Environment variable choosing whether the warp-specialized kernel's blocks are persistent
-/// (`1`, the default: as many blocks as multiprocessors, each walking items in a snake order)
-/// or take one item each (`0`).
+/// Environment variable choosing how the warp-specialized kernel's blocks take their (item, KV
+/// head) pairs: `0` one block per pair; persistent blocks (as many as multiprocessors) taking
+/// them in a fixed snake order (`1`) or from a counter (`2`, the default: a dynamic schedule).
 pub const PERSISTENT_ENV_VAR: &str = "XGK_WS_PERSISTENT";
+/// Default of [`PERSISTENT_ENV_VAR`].
+const DEFAULT_PERSISTENT: u32 = 2;
 
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,7 +265,7 @@ pub struct LaunchSettings {
     /// [`CONSUMER_SCHEDULE_ENV_VAR`].
     pub consumer_schedule: u32,
     /// [`PERSISTENT_ENV_VAR`].
-    pub persistent: bool,
+    pub persistent: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -279,8 +281,7 @@ fn settings() -> Result<LaunchSettings> {
 
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`] and
-/// [`PERSISTENT_ENV_VAR`]
-/// (benchmarks switch kernels in one process: set the variables, then call this, or
+/// [`PERSISTENT_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -293,7 +294,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         min_split_tiles: bounded_from_env(MIN_SPLIT_TILES_ENV_VAR, DEFAULT_MIN_SPLIT_TILES, 1..=64)?,
         merge_cost_keys: bounded_from_env(MERGE_COST_KEYS_ENV_VAR, DEFAULT_MERGE_COST_KEYS, 0..=65536)?,
         consumer_schedule: bounded_from_env(CONSUMER_SCHEDULE_ENV_VAR, DEFAULT_CONSUMER_SCHEDULE, 0..=1)?,
-        persistent: bounded_from_env(PERSISTENT_ENV_VAR, 1, 0..=1)? == 1,
+        persistent: bounded_from_env(PERSISTENT_ENV_VAR, DEFAULT_PERSISTENT, 0..=2)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -403,11 +404,13 @@ pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
 
 /// Whether the warp-specialized tile kernel applies (on the sm_90a image): where the tiled kernel
 /// does, with pages of whole 16-key blocks (its bulk copies move 16 keys of one page) and a pool
-/// of at most 2^31 tokens (the copies' token coordinate is an int32).
+/// of at most 2^31 tokens (the copies' token coordinate is an int32), for shapes whose work
+/// indices fit in 32 bits (`ws_work_indices_fit`: about 2^30 query rows times KV heads).
 pub fn tiled_ws_applies(spec: &PagedAttention, cc: u32) -> bool {
     tiled_applies(spec, cc)
         && spec.page_size.is_multiple_of(WS_BLOCK_KEYS)
         && spec.total_pages as u64 * spec.page_size as u64 <= i32::MAX as u64
+        && ws_work_indices_fit(spec)
 }
 
 /// Whether [`KernelChoice::Auto`] takes the tiled kernel: where it applies and the static shapes
@@ -574,7 +577,7 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
             );
             ensure!(
                 choice != KernelChoice::TiledWarpSpecialized || tiled_ws_applies(spec, cc),
-                "the tiled-ws kernel needs a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}) and at most 2^31 tokens in the KV pool",
+                "the tiled-ws kernel needs a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}), at most 2^31 tokens in the KV pool and at most about 2^30 query rows times KV heads",
                 spec.page_size
             );
             choice
@@ -891,10 +894,11 @@ unsafe fn launch_tiled(
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
+    let grid = tile_grid(module, spec, &t, settings.persistent != 0);
     if t.warp_specialized {
         params.consumer_schedule = settings.consumer_schedule;
+        params.dynamic_pairs = u32::from(settings.persistent == 2);
     }
-
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
     if t.warp_specialized {
@@ -906,27 +910,35 @@ unsafe fn launch_tiled(
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
-    let cfg = LaunchConfig {
-        grid: (tile_grid_width(module, spec, &t, settings.persistent), spec.num_kv_heads, 1),
-        block: (t.threads, 1, 1),
-        shared_bytes: t.shared_bytes,
-    };
+    let cfg = LaunchConfig { grid: (grid.0, grid.1, 1), block: (t.threads, 1, 1), shared_bytes: t.shared_bytes };
     module.launch(stream, t.name, cfg, &mut args.pointers(), settings.programmatic)
 }
 
-/// Blocks per KV head of the tile kernel: one per plan item (surplus blocks exit at once), or, for
-/// the persistent warp-specialized kernel (one block per multiprocessor fits), as many as fill
-/// the multiprocessors once, each walking its share of the items
-/// (`paged_attention_tiled::for_each_item`). Persistent blocks need not restart per item (block
-/// launch, barrier setup) and their producer loads the next item's first tiles under the
-/// consumers' epilogue.
-fn tile_grid_width(module: &ContextModule, spec: &PagedAttention, t: &TiledPlan, persistent: bool) -> u32 {
-    let per_head = module.multiprocessors / spec.num_kv_heads.max(1);
-    if t.warp_specialized && persistent && per_head >= 1 {
-        (t.capacity as u32).min(per_head)
-    } else {
-        t.capacity as u32
+/// The tile kernel's grid (x, y). The mma.sync and wgmma tile kernels: one block per (plan item,
+/// KV head), surplus blocks exiting at once. The warp-specialized kernel walks (item, KV head)
+/// pairs in one grid row (`paged_attention_tiled_ws::for_each_pair`): one block per pair, or with
+/// `persistent` as many blocks as there are multiprocessors (one block fits on each) when there
+/// are more pairs. Persistent blocks need not restart per item (block launch, barrier setup),
+/// their producer loads the next item's Q and first tiles under the consumers' last tiles and
+/// epilogue, and every multiprocessor works to the end (no tail of a partly filled wave).
+fn tile_grid(module: &ContextModule, spec: &PagedAttention, t: &TiledPlan, persistent: bool) -> (u32, u32) {
+    let heads = spec.num_kv_heads.max(1);
+    if !t.warp_specialized {
+        return (t.capacity as u32, heads);
     }
+    // < 2^32 / 3 (`ws_work_indices_fit`).
+    let pairs = (t.capacity * heads as u64) as u32;
+    let blocks = module.multiprocessors.max(1);
+    (if persistent { pairs.min(blocks) } else { pairs }, 1)
+}
+
+/// Whether the warp-specialized kernel's work indices ((item, KV head) pairs and, in the plan's
+/// fallback, rows times heads, with a grid's width of slack) stay below 2^32.
+fn ws_work_indices_fit(spec: &PagedAttention) -> bool {
+    let group = spec.num_q_heads / spec.num_kv_heads.max(1);
+    let rows = ws_tile_rows(group.max(1)).max(1) as u64;
+    let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows);
+    3 * capacity.max(spec.max_tokens as u64) * spec.num_kv_heads as u64 <= u32::MAX as u64
 }
 
 #[cfg(test)]
@@ -1018,6 +1030,12 @@ mod tests {
         // The copies' token coordinate is an int32.
         assert!(tiled_ws_applies(&spec(16, (i32::MAX as u32) / 16), 90));
         assert!(!tiled_ws_applies(&spec(16, (i32::MAX as u32) / 16 + 1), 90));
+        // The kernel's (item, KV head) work indices are u32: about 2^30 rows times heads.
+        let rows = |max_tokens| PagedAttention { max_tokens, ..spec(16, 4096) };
+        assert!(tiled_ws_applies(&rows(1 << 20), 90));
+        assert!(!tiled_ws_applies(&rows(1 << 28), 90));
+        let err = resolve_kernel(&rows(1 << 28), 90, KernelChoice::TiledWarpSpecialized).unwrap_err();
+        assert!(err.to_string().contains("query rows times KV heads"), "{err}");
     }
 
     #[test]

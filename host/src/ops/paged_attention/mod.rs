@@ -263,6 +263,7 @@ impl PagedAttention {
             tile_rows: 0,
             plan_capacity: 0,
             consumer_schedule: 0,
+            dynamic_pairs: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
