@@ -363,7 +363,8 @@ fn pipelined_kernel_small_cases() {
     check_pipelined_cases(18, false);
 }
 
-/// The tiled kernel over what it covers (f16/bf16 q and KV, head_dim 64/128, groups up to 64):
+/// The tiled kernel over what it covers (f16/bf16 q and KV, head_dim 64/128 (and 256 for the
+/// warp-specialized one), groups up to 64):
 /// prefills of hundreds of rows (many query tiles, causal diagonal inside and across key tiles),
 /// chunked prefill over longer contexts, decode and few-row (short-item) sequences in the same
 /// batch, padding rows, every page size, windows, soft caps and custom mask values.
@@ -384,7 +385,12 @@ fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
     let mut worst = 0.0f64;
     for i in (0..cases).step_by(case_stride()) {
         let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
-        let head_dim = [128, 64][(i / 2) % 2];
+        // The warp-specialized kernel also takes head_dim 256 (64-key tiles).
+        let head_dim = if kernel == KernelChoice::TiledWarpSpecialized {
+            [128, 64, 256][(i / 2) % 3]
+        } else {
+            [128, 64][(i / 2) % 2]
+        };
         let page_size = page_sizes[i % page_sizes.len()];
         let (nkv, group) = heads[i % heads.len()];
         let max_rows = if big { 200 } else { 90 };
@@ -412,7 +418,11 @@ fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
             }
             _ => {}
         }
-        assert!(tiled_applies(&case.spec(), 90));
+        if kernel == KernelChoice::TiledWarpSpecialized {
+            assert!(tiled_ws_applies(&case.spec(), 90));
+        } else {
+            assert!(tiled_applies(&case.spec(), 90));
+        }
         let label = format!("case {i}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}");
         let err = compare(&case, &run_gpu(&stream, &case, kernel), &case.cpu_output(), &label);
         worst = worst.max(err);
@@ -437,7 +447,7 @@ fn tiled_wgmma_kernel_matches_cpu() {
 fn tiled_ws_kernel_matches_cpu() {
     let image = KERNELS.for_device(0).map(|m| m.image.arch);
     assert_eq!(image.ok(), Some("sm_90a"), "tiled-ws needs the sm_90a image (a Hopper GPU)");
-    check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 36, true);
+    check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 54, true);
 }
 
 /// Small cases of the warp-specialized kernel, for compute-sanitizer's racecheck and synccheck
@@ -447,7 +457,7 @@ fn tiled_ws_kernel_matches_cpu() {
 fn tiled_ws_kernel_small_cases() {
     let image = KERNELS.for_device(0).map(|m| m.image.arch);
     assert_eq!(image.ok(), Some("sm_90a"), "tiled-ws needs the sm_90a image (a Hopper GPU)");
-    check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 18, false);
+    check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 24, false);
 }
 
 #[test]

@@ -136,8 +136,29 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // Warpgroup register budgets take effect (ptxas ignores `setmaxnreg` where the register
         // count at entry is not fixed: `#[kernel(max_threads = N)]` fixes it).
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
-        for line in log.lines().filter(|l| l.contains("stack frame")) {
-            assert!(line.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{arch}: {line}");
+        // No local memory, except a few bytes in the head_dim-256 warp-specialized kernels'
+        // producer: their consumers need 240 registers (O alone is 128), which leaves the
+        // producer 24, where ptxas keeps a few loop invariants of the item walk on the stack
+        // (reloaded once per item or tile; the producer is not the bottleneck).
+        let mut function = "";
+        for line in log.lines() {
+            if let Some(name) = line.split("Function properties for ").nth(1) {
+                function = name.trim();
+            } else if line.contains("stack frame") {
+                if function.starts_with("rpa_tile_ws_") && function.ends_with("_d256") {
+                    let bytes = |what: &str| -> u32 {
+                        let before = line.split(what).next().unwrap_or("");
+                        before.rsplit(", ").next().unwrap_or("").trim().parse().unwrap_or(u32::MAX)
+                    };
+                    assert!(bytes(" bytes stack frame") <= 64, "{arch} {function}: {line}");
+                    assert!(bytes(" bytes spill stores") <= 96, "{arch} {function}: {line}");
+                    continue;
+                }
+                assert!(
+                    line.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                    "{arch} {function}: {line}"
+                );
+            }
         }
     }
 }

@@ -62,16 +62,16 @@ pub(crate) unsafe fn store_vec<T: Copy, const N: usize>(dst: *mut T, value: [T; 
     copy_widest::<false>(&value as *const [T; N] as *const u8, dst as *mut u8, N * core::mem::size_of::<T>());
 }
 
-/// Calls `f(0), f(1), ..., f(N-1)` with literal indices (N <= 16).
+/// Calls `f(0), f(1), ..., f(N-1)` with literal indices (N <= 32: O's 32 n-tiles at head_dim 256).
 ///
 /// rustc has no unroll pragma, and LLVM gives up unrolling large loop bodies; a register array
 /// indexed by a run-time loop counter then moves to local memory. Indexing per-lane arrays only
 /// inside `unroll` keeps them in registers (ptxas reports a 0-byte stack frame).
 #[inline(always)]
 pub(crate) fn unroll<const N: usize>(mut f: impl FnMut(usize)) {
-    const { assert!(N <= 16, "unroll supports at most 16 iterations") };
+    const { assert!(N <= 32, "unroll supports at most 32 iterations") };
     macro_rules! steps {
         ($($i:literal)*) => {$( if $i < N { f($i) } )*};
     }
-    steps!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    steps!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
 }

@@ -949,8 +949,20 @@ pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize, const KS
             wgmma::commit_group();
         }};
     }
-    const { assert!(NTILES == 8 || NTILES == 16, "head_dim 64 or 128") };
-    if NTILES == 16 {
+    const { assert!(NTILES == 8 || NTILES == 16 || NTILES == 32, "head_dim 64, 128 or 256") };
+    if NTILES == 32 {
+        // head_dim 256: two n = 128 halves of O (dims 0-127 and 128-255, V's column blocks 0-1
+        // and 2-3), one commit group.
+        let acc = o.as_mut_ptr() as *mut [f32; 64];
+        let (lo, hi) = (&mut *acc, &mut *acc.add(1));
+        wgmma::keep_accumulator(lo);
+        wgmma::keep_accumulator(hi);
+        wgmma::fence();
+        let half = 2 * KS as u32 * 16 * 128;
+        unroll::<KS>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(lo, pa[ks], desc(ks), true));
+        unroll::<KS>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(hi, pa[ks], wgmma::advance(desc(ks), half), true));
+        wgmma::commit_group();
+    } else if NTILES == 16 {
         pv!(64, mma_m64n128k16_rs)
     } else {
         pv!(32, mma_m64n64k16_rs)
@@ -961,7 +973,15 @@ pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize, const KS
 #[inline(always)]
 pub(crate) fn keep_o<const NTILES: usize>(o: &mut [[f32; 4]; NTILES]) {
     // SAFETY (of the casts): [[f32; 4]; NTILES] is 4 NTILES contiguous f32.
-    if NTILES == 16 {
+    if NTILES == 32 {
+        // Two halves: LLVM unrolls the pin's loop over 64 registers, not over 128 (an array it
+        // cannot unroll over stays in local memory).
+        let halves = o.as_mut_ptr() as *mut [f32; 64];
+        unsafe {
+            wgmma::keep_accumulator(&mut *halves);
+            wgmma::keep_accumulator(&mut *halves.add(1));
+        }
+    } else if NTILES == 16 {
         wgmma::keep_accumulator(unsafe { &mut *(o.as_mut_ptr() as *mut [f32; 64]) });
     } else if NTILES == 8 {
         wgmma::keep_accumulator(unsafe { &mut *(o.as_mut_ptr() as *mut [f32; 32]) });

@@ -58,8 +58,29 @@ use super::unroll;
 
 /// M rows (query row × query head pairs) of a tile item: 64 per consumer warpgroup.
 pub const WS_TILE_M: u32 = 128;
-/// Keys per K/V tile (S of a consumer is 64 x 128: 64 f32 registers per thread).
+/// Keys per K/V tile at head_dim 64 and 128 (S of a consumer is 64 x 128: 64 f32 registers per
+/// thread); 64 at head_dim 256, where O takes 128 registers ([`ws_keys`]).
 pub const WS_KEYS: u32 = 128;
+
+/// Keys per K/V tile for a head dim: a K or V stage is 32 KiB at 128 and 256, 16 KiB at 64.
+pub const fn ws_keys(head_dim: u32) -> u32 {
+    if head_dim > 128 {
+        64
+    } else {
+        WS_KEYS
+    }
+}
+
+/// Slots of the Q ring for a head dim (a slot holds both consumers' Q tiles: 32 KiB at head_dim
+/// 128): two, so that the next item's Q lands while the current one runs; one at head_dim 256
+/// (64 KiB a slot), where shared memory holds no second.
+pub const fn ws_q_slots(head_dim: u32) -> u32 {
+    if head_dim > 128 {
+        1
+    } else {
+        MAX_Q_SLOTS
+    }
+}
 /// Threads per block: the producer warpgroup and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
 /// Stages of the K ring and of the V ring (a stage of K or V is 32 KiB at head_dim 128). V gets
@@ -69,8 +90,8 @@ pub const WS_K_STAGES: u32 = 2;
 pub const WS_V_STAGES: u32 = 3;
 /// Stages of both rings.
 const KV_STAGES: u32 = WS_K_STAGES + WS_V_STAGES;
-/// Slots of the Q ring (a slot is both consumers' Q tiles: 32 KiB at head_dim 128).
-const Q_SLOTS: u32 = 2;
+/// Most slots of the Q ring ([`ws_q_slots`]; the barriers are laid out for this many).
+const MAX_Q_SLOTS: u32 = 2;
 /// Threads of the producer warpgroup that load Q: its warps 2 and 3 (warps 0 and 1 load K and V).
 const Q_LOADERS: u32 = WARPGROUP - 2 * WARP_SIZE;
 /// Slots of the schedule ring (pair indices thread 0 fetched, read by every thread).
@@ -81,24 +102,23 @@ pub const WS_BLOCK_KEYS: u32 = 16;
 const WARPGROUP: u32 = 128;
 /// M rows of one consumer warpgroup.
 const CONSUMER_M: u32 = 64;
-/// S n-tiles (8 keys each) and P k-steps (16 keys each) of a tile.
-const S_NTILES: usize = (WS_KEYS / 8) as usize;
-const P_KSTEPS: usize = (WS_KEYS / 16) as usize;
-/// Presence words (32 keys each) of a tile.
-const PRESENCE_WORDS: usize = (WS_KEYS / 32) as usize;
 /// Registers per thread of the producer and of the consumers, within the block's pool (168 per
 /// thread for 384 threads: 128 x 48 + 256 x 224 <= 384 x 168; budgets are multiples of 8). S
-/// (64), O (64) and P (32) of a consumer thread fit with room for the softmax; FA3's 24 / 240, and
+/// (64), O (64) and P (32) of a consumer thread fit with room for the softmax (at head_dim 256:
+/// S 32, O 128, P 16); FA3's 24 / 240, and
 /// 40 / 232, left the producer (its walk over (item, KV head) pairs, its Q loaders) spilling
 /// with ptxas 13.0.
 const PRODUCER_REGISTERS: u32 = 48;
 const CONSUMER_REGISTERS: u32 = 224;
+/// At head_dim 256 (O alone is 128 registers): 128 x 24 + 256 x 240 = 384 x 168.
+const PRODUCER_REGISTERS_D256: u32 = 24;
+const CONSUMER_REGISTERS_D256: u32 = 240;
 /// Arrivals that fill a stage: the producer's lane 0, announcing the stage's bytes.
 const FULL_ARRIVALS: u32 = 1;
 /// Arrivals that empty a stage (or a Q slot): every consumer thread, once it has read it.
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
 /// Mbarriers: full and empty for each K and V stage, each Q slot and each schedule slot.
-const BARRIERS: u32 = 2 * KV_STAGES + 2 * Q_SLOTS + 2 * SCHED_SLOTS;
+const BARRIERS: u32 = 2 * KV_STAGES + 2 * MAX_Q_SLOTS + 2 * SCHED_SLOTS;
 
 /// Query rows per tile item of this kernel for a GQA group.
 pub const fn ws_tile_rows(group: u32) -> u32 {
@@ -118,13 +138,13 @@ pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
 
 /// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
 /// ring (two consumers' Q tiles per slot), the K and V rings, then the mbarriers, the presence
-/// masks (with K) and the schedule ring. At head_dim 128: 225 KiB (one block per multiprocessor,
-/// as its registers allow anyway; 227 KiB is the most a block may take).
+/// masks (with K) and the schedule ring. At head_dim 128 and 256: 225 KiB (one block per
+/// multiprocessor, as its registers allow anyway; 227 KiB is the most a block may take).
 pub const fn ws_shared_bytes(head_dim: u32) -> u32 {
-    1024 + 2 * Q_SLOTS * q_tile_bytes(head_dim)
+    1024 + 2 * ws_q_slots(head_dim) * q_tile_bytes(head_dim)
         + KV_STAGES * stage_bytes(head_dim)
         + 8 * BARRIERS
-        + WS_K_STAGES * (WS_KEYS / 8)
+        + WS_K_STAGES * (ws_keys(head_dim) / 8)
         + 4 * SCHED_SLOTS
 }
 
@@ -133,7 +153,7 @@ const fn q_tile_bytes(head_dim: u32) -> u32 {
 }
 
 const fn stage_bytes(head_dim: u32) -> u32 {
-    WS_KEYS * head_dim * 2
+    ws_keys(head_dim) * head_dim * 2
 }
 
 /// Shared addresses of the block's buffers (see [`ws_shared_bytes`]).
@@ -151,7 +171,11 @@ impl SharedLayout {
         self.base + (2 * slot + consumer) * q_tile_bytes(self.head_dim)
     }
     fn k(&self, stage: u32) -> u32 {
-        self.base + 2 * Q_SLOTS * q_tile_bytes(self.head_dim) + stage * stage_bytes(self.head_dim)
+        self.base + 2 * ws_q_slots(self.head_dim) * q_tile_bytes(self.head_dim) + stage * stage_bytes(self.head_dim)
+    }
+    /// Words of a stage's presence masks (32 keys each).
+    fn presence_words(&self) -> u32 {
+        ws_keys(self.head_dim) / 32
     }
     fn v(&self, stage: u32) -> u32 {
         self.k(WS_K_STAGES + stage)
@@ -175,24 +199,24 @@ impl SharedLayout {
         self.barriers() + 8 * (2 * KV_STAGES + slot)
     }
     fn empty_q(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + Q_SLOTS + slot)
+        self.barriers() + 8 * (2 * KV_STAGES + MAX_Q_SLOTS + slot)
     }
     fn full_sched(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + 2 * Q_SLOTS + slot)
+        self.barriers() + 8 * (2 * KV_STAGES + 2 * MAX_Q_SLOTS + slot)
     }
     fn empty_sched(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + 2 * Q_SLOTS + SCHED_SLOTS + slot)
+        self.barriers() + 8 * (2 * KV_STAGES + 2 * MAX_Q_SLOTS + SCHED_SLOTS + slot)
     }
     /// The pair index in schedule slot `slot`.
     fn sched(&self, slot: u32) -> *mut u32 {
-        let offset = self.barriers() - self.base + 8 * BARRIERS + WS_K_STAGES * 4 * PRESENCE_WORDS as u32 + 4 * slot;
+        let offset = self.barriers() - self.base + 8 * BARRIERS + WS_K_STAGES * 4 * self.presence_words() + 4 * slot;
         // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
         unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
     }
-    /// [`PRESENCE_WORDS`] words: bit k of word w says whether key `32 w + k` of the stage's tile is
+    /// `keys / 32` words: bit k of word w says whether key `32 w + k` of the stage's tile is
     /// present.
     fn presence(&self, stage: u32) -> *mut u32 {
-        let offset = self.barriers() - self.base + 8 * BARRIERS + stage * 4 * PRESENCE_WORDS as u32;
+        let offset = self.barriers() - self.base + 8 * BARRIERS + stage * 4 * self.presence_words();
         // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
         unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
     }
@@ -219,9 +243,10 @@ impl RingSlot {
     fn v_of(n: u32) -> Self {
         Self::in_ring(n, WS_V_STAGES)
     }
-    /// The Q ring's slot of the block's `n`-th item (of a sequence: zero-fill items take none).
-    fn q_of(n: u32) -> Self {
-        Self::in_ring(n, Q_SLOTS)
+    /// The Q ring's slot of the block's `n`-th item (of a sequence: zero-fill items take none)
+    /// in a ring of `slots`.
+    fn q_of(n: u32, slots: u32) -> Self {
+        Self::in_ring(n, slots)
     }
     /// The schedule ring's slot of the block's `n`-th pair.
     fn sched_of(n: u32) -> Self {
@@ -258,7 +283,7 @@ fn keys_below(keys: u32, base: u32) -> u32 {
 /// block's tile counter; `map`: the K/V tensor map (global address, acquired).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn produce_item<Q, const D: usize, const VALUES: bool>(
+unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const PW: usize>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
@@ -271,20 +296,23 @@ unsafe fn produce_item<Q, const D: usize, const VALUES: bool>(
 ) {
     let lane = lane_id();
     let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
-    let num_tiles = (hi - lo).div_ceil(WS_KEYS);
+    let keys = ws_keys(D as u32);
+    let num_tiles = (hi - lo).div_ceil(keys);
     // K rows of head g at index 2g of a token, V rows at 2g + 1 (the interleaved layout).
     let k_head = 2 * g as i32;
-    let tile_bytes = WS_KEYS * D as u32 * 2;
+    let tile_bytes = keys * D as u32 * 2;
+    // 16-key blocks per tile: lane b < blocks copies block b.
+    let blocks = keys / WS_BLOCK_KEYS;
     let first_tile = *tiles;
     *tiles += num_tiles;
     let block_offset = lane * WS_BLOCK_KEYS * 128;
     // Copies one K or V tile (`row`: K or V row index of the token) into `tile` on barrier `full`.
     let copy_tile = #[inline(always)]
     |tile: u32, row: i32, token: i32, full: u32| {
-        if lane < P_KSTEPS as u32 {
-            unroll::<2>(|c| {
+        if lane < blocks {
+            unroll::<4>(|c| {
                 if c < D / 64 {
-                    tma::load_3d(tile + c as u32 * WS_KEYS * 128 + block_offset, map, 64 * c as i32, row, token, full);
+                    tma::load_3d(tile + c as u32 * keys * 128 + block_offset, map, 64 * c as i32, row, token, full);
                 }
             });
         }
@@ -293,10 +321,10 @@ unsafe fn produce_item<Q, const D: usize, const VALUES: bool>(
         let n = first_tile + i;
         // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
         // outside the tensor: zeros) for a block on an invalid page or past the keys.
-        let tile_base = lo + i * WS_KEYS;
+        let tile_base = lo + i * keys;
         let j = tile_base + lane * WS_BLOCK_KEYS;
         let mut token = -(WS_BLOCK_KEYS as i32);
-        if lane < P_KSTEPS as u32 && j < hi {
+        if lane < blocks && j < hi {
             // A plain division (the parameter is read from the constant bank): the producer
             // runs on few registers, where a multiply-high divider would hold two more.
             let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
@@ -327,7 +355,7 @@ unsafe fn produce_item<Q, const D: usize, const VALUES: bool>(
                 // item's end. Lane 0 writes the words and its arrival releases them: the
                 // consumers' reads are ordered after the writes by the full barrier alone.
                 let keys = hi - tile_base;
-                unroll::<PRESENCE_WORDS>(|w| {
+                unroll::<PW>(|w| {
                     let blocks = (valid_blocks >> (2 * w)) & 3;
                     let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
                     *smem.presence(slot.stage).add(w) = spread & keys_below(keys, 32 * w as u32);
@@ -357,7 +385,7 @@ unsafe fn load_q_item<Q, const D: usize>(
     rc: u32,
     g: u32,
 ) {
-    let slot = RingSlot::q_of(*items);
+    let slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
     *items += 1;
     let group = p.num_q_heads / p.num_kv_heads;
     let nq = p.num_q_heads as usize;
@@ -383,12 +411,32 @@ unsafe fn load_q_item<Q, const D: usize>(
     barrier::arrive(smem.full_q(slot.stage));
 }
 
+/// Pins S's registers (64 or 128 keys: 32 or 64 f32) around a `wgmma` that writes them.
+#[inline(always)]
+fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
+    const { assert!(KN == 8 || KN == 16, "64- or 128-key tiles") };
+    // SAFETY (of the casts): [[f32; 4]; KN] is 4 KN contiguous f32.
+    if KN == 16 {
+        wgmma::keep_accumulator(unsafe { &mut *(s.as_mut_ptr() as *mut [f32; 64]) });
+    } else {
+        wgmma::keep_accumulator(unsafe { &mut *(s.as_mut_ptr() as *mut [f32; 32]) });
+    }
+}
+
 /// A consumer's part of one item: its 64 M rows (`consumer` 0 or 1: M rows `64 consumer ..`),
 /// every key tile of the item from the rings (a tile none of its rows sees is waited for and
 /// released unread), then its rows of the output. `tiles`: the block's tile counter.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn consume_item<
+    Q: MmaElement,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const KN: usize,
+    const KSP: usize,
+    const PW: usize,
+>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
@@ -411,7 +459,8 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let warp = wtid / WARP_SIZE;
     let item = ItemRows::load(ptr, p, seq, r0, rc);
     let (lo, hi) = item_keys(&item);
-    let num_tiles = (hi - lo).div_ceil(WS_KEYS);
+    let keys = ws_keys(D as u32);
+    let num_tiles = (hi - lo).div_ceil(keys);
 
     // This consumer's rows, and the keys they visit (tiles outside are skipped unread).
     let c_base = consumer * CONSUMER_M;
@@ -420,7 +469,7 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let (m_rows, rows) = item.warp_rows(c_base + warp * 16, group);
 
     // Q: this consumer's 64 M rows, loaded by the producer's Q loaders (`load_q_item`).
-    let q_slot = RingSlot::q_of(*items);
+    let q_slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
     *items += 1;
     let q_tile = smem.q(q_slot.stage, consumer);
     barrier::wait_parity(smem.full_q(q_slot.stage), q_slot.parity);
@@ -436,10 +485,10 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     *tiles += num_tiles;
     let k_slot = |i: u32| RingSlot::k_of(first_tile + i);
     let v_slot = |i: u32| RingSlot::v_of(first_tile + i);
-    let tile_base = |i: u32| lo + i * WS_KEYS;
+    let tile_base = |i: u32| lo + i * keys;
     let (ia, ib) = if c_lo < c_hi {
-        let ia = (c_lo.max(lo) - lo) / WS_KEYS;
-        (ia, (c_hi - lo).div_ceil(WS_KEYS).min(num_tiles).max(ia))
+        let ia = (c_lo.max(lo) - lo) / keys;
+        (ia, (c_hi - lo).div_ceil(keys).min(num_tiles).max(ia))
     } else {
         (0, 0)
     };
@@ -491,64 +540,67 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         barrier::wait_parity(smem.full_k(t.stage), t.parity);
     };
     let issue_s = #[inline(always)]
-    |i: u32, s: &mut [[f32; 4]; S_NTILES]| {
+    |i: u32, s: &mut [[f32; 4]; KN]| {
         let t = k_slot(i);
-        let acc = &mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]);
-        wgmma::keep_accumulator(acc);
+        keep_s(s);
         wgmma::fence();
         // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
         let k_desc = wgmma::descriptor(smem.k(t.stage), 16, 8 * 128, wgmma::Swizzle::Bytes128);
         let q_desc = wgmma::recompute_here(q_desc);
         unroll::<KSTEPS>(|k| {
             let step = (k as u32 % 4) * 32;
-            let kd = wgmma::advance(k_desc, (k as u32 / 4) * WS_KEYS * 128 + step);
+            let kd = wgmma::advance(k_desc, (k as u32 / 4) * keys * 128 + step);
             let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
-            wgmma::mma_m64n128k16_ss::<Q, 0>(acc, qd, kd, k > 0);
+            if KN == 16 {
+                wgmma::mma_m64n128k16_ss::<Q, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 64]), qd, kd, k > 0);
+            } else {
+                wgmma::mma_m64n64k16_ss::<Q, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 32]), qd, kd, k > 0);
+            }
         });
         wgmma::commit_group();
     };
     // The tile's presence bits, its logit transform, masks and softmax weights (f32, in `s`;
     // packed into P by the caller once no wgmma is in flight); returns the rescale O still needs.
     let softmax = #[inline(always)]
-    |i: u32, s: &mut [[f32; 4]; S_NTILES], m: &mut [f32; 2], l: &mut [f32; 2]| {
+    |i: u32, s: &mut [[f32; 4]; KN], m: &mut [f32; 2], l: &mut [f32; 2]| {
         let presence = smem.presence(k_slot(i).stage);
-        let mut present = [0u32; PRESENCE_WORDS];
-        unroll::<PRESENCE_WORDS>(|w| present[w] = *presence.add(w));
+        let mut present = [0u32; PW];
+        unroll::<PW>(|w| present[w] = *presence.add(w));
         // K is read: the producer may refill its stage.
         barrier::arrive(smem.empty_k(k_slot(i).stage));
         mask_logits(s, tile_base(i), present, &rows, &logit, p);
-        online_softmax_weights_f32::<S_NTILES>(s, logit.exp_scale, m, l)
+        online_softmax_weights_f32::<KN>(s, logit.exp_scale, m, l)
     };
     // The FA3 order: S of tile i is issued, then O += P V of tile i - 1 behind it; the softmax of
     // tile i runs while that P V does. Tile ia is peeled off the loop so that inside it every tile
     // issues both products unconditionally (with the P V behind a branch ptxas cannot tell which
     // group a `wait_group 1` retires and serializes every wgmma: benchmarks/NOTES.md "v5").
-    let mut pa = [[0u32; 4]; P_KSTEPS];
+    let mut pa = [[0u32; 4]; KSP];
     if ia < ib {
-        let mut s = [[0.0f32; 4]; S_NTILES];
+        let mut s = [[0.0f32; 4]; KN];
         wait_k(ia);
         turn_begin();
         issue_s(ia, &mut s);
         turn_end();
         wgmma::wait_group::<0>();
-        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]));
+        keep_s(&mut s);
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
         rescale.apply(&mut o);
-        pack_weights::<Q, S_NTILES, P_KSTEPS>(&s, &mut pa);
+        pack_weights::<Q, KN, KSP>(&s, &mut pa);
     }
     let mut i = ia + 1;
     while i < ib {
-        let mut s = [[0.0f32; 4]; S_NTILES];
+        let mut s = [[0.0f32; 4]; KN];
         let prev = v_slot(i - 1);
         wait_k(i);
         barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
         turn_begin();
         issue_s(i, &mut s);
-        wgmma_pv_issue::<Q, NTILES, P_KSTEPS>(&mut o, &pa, smem.v(prev.stage));
+        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(prev.stage));
         turn_end();
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
-        wgmma::keep_accumulator(&mut *(s.as_mut_ptr() as *mut [f32; 4 * S_NTILES]));
+        keep_s(&mut s);
         let rescale = softmax(i, &mut s, &mut m, &mut l);
         // The P V of tile i - 1 has finished writing O and reading its stage and P.
         wgmma::wait_group::<0>();
@@ -556,13 +608,13 @@ unsafe fn consume_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const
         wgmma::keep_fragments(&mut pa);
         barrier::arrive(smem.empty_v(prev.stage));
         rescale.apply(&mut o);
-        pack_weights::<Q, S_NTILES, P_KSTEPS>(&s, &mut pa);
+        pack_weights::<Q, KN, KSP>(&s, &mut pa);
         i += 1;
     }
     if ia < ib {
         let last = v_slot(ib - 1);
         barrier::wait_parity(smem.full_v(last.stage), last.parity);
-        wgmma_pv_issue::<Q, NTILES, P_KSTEPS>(&mut o, &pa, smem.v(last.stage));
+        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(last.stage));
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);
@@ -629,11 +681,23 @@ unsafe fn for_each_pair<Q>(
 }
 
 #[inline(always)]
-unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize>(
+unsafe fn rpa_tiled_ws<
+    Q: MmaElement,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const KN: usize,
+    const KSP: usize,
+    const PW: usize,
+>(
     ptr: TiledPointers<Q>,
     p: RpaParams,
 ) {
-    const { assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128), "head_dim 64 or 128") };
+    const {
+        assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
+        // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
+        assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
+    };
     // Launched programmatically after `rpa_plan_ws` (sm_90 image): the plan and the tensor map
     // are readable after the wait.
     crate::grid_dependency::launch_dependents();
@@ -652,7 +716,7 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
             barrier::init(smem.full_v(stage), FULL_ARRIVALS);
             barrier::init(smem.empty_v(stage), EMPTY_ARRIVALS);
         }
-        for slot in 0..Q_SLOTS {
+        for slot in 0..MAX_Q_SLOTS {
             barrier::init(smem.full_q(slot), Q_LOADERS);
             barrier::init(smem.empty_q(slot), EMPTY_ARRIVALS);
         }
@@ -667,7 +731,11 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
     let mut items = 0u32;
     let role = tid / WARPGROUP;
     if role == 0 {
-        warpgroup::release_registers::<PRODUCER_REGISTERS>();
+        if D > 128 {
+            warpgroup::release_registers::<PRODUCER_REGISTERS_D256>();
+        } else {
+            warpgroup::release_registers::<PRODUCER_REGISTERS>();
+        }
         if tid < 2 * WARP_SIZE {
             let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64);
             tma::acquire_map(map);
@@ -679,7 +747,7 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
                     #[inline(always)]
                     |seq, r0, rc, g| {
                         if seq != NO_SEQUENCE {
-                            produce_item::<Q, D, false>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
+                            produce_item::<Q, D, false, PW>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
                         }
                     },
                 );
@@ -691,7 +759,7 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
                     #[inline(always)]
                     |seq, r0, rc, g| {
                         if seq != NO_SEQUENCE {
-                            produce_item::<Q, D, true>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
+                            produce_item::<Q, D, true, PW>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
                         }
                     },
                 );
@@ -710,7 +778,11 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
             );
         }
     } else {
-        warpgroup::claim_registers::<CONSUMER_REGISTERS>();
+        if D > 128 {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS_D256>();
+        } else {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS>();
+        }
         let consumer = role - 1;
         // Ping-pong turns (see `consume_item`): consumer 0 goes first.
         let pingpong = p.consumer_schedule != 0;
@@ -723,7 +795,9 @@ unsafe fn rpa_tiled_ws<Q: MmaElement, const D: usize, const KSTEPS: usize, const
             smem,
             #[inline(always)]
             |seq, r0, rc, g| {
-                consume_item::<Q, D, KSTEPS, NTILES>(&ptr, &p, smem, consumer, &mut tiles, &mut items, seq, r0, rc, g)
+                consume_item::<Q, D, KSTEPS, NTILES, KN, KSP, PW>(
+                    &ptr, &p, smem, consumer, &mut tiles, &mut items, seq, r0, rc, g,
+                )
             },
         );
         // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
@@ -757,9 +831,10 @@ pub unsafe fn rpa_plan_ws(
     plan_items(cu_q_lens, num_seqs, plan, params)
 }
 
-/// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`.
+/// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`,
+/// with the head dim's keys per tile ([`ws_keys`]).
 macro_rules! rpa_tile_ws_kernels {
-    ($( $name:ident: $q:ty, $d:literal; )*) => {$(
+    ($( $name:ident: $q:ty, $d:literal, $keys:literal; )*) => {$(
         /// The warp-specialized tile kernel (see the module docs); launched by the host after
         /// [`rpa_plan_ws`] with [`ws_tile_rows`] rows per tile item.
         ///
@@ -777,7 +852,7 @@ macro_rules! rpa_tile_ws_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams,
         ) {
-            rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }>(
+            rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }>(
                 TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
             )
@@ -787,10 +862,12 @@ macro_rules! rpa_tile_ws_kernels {
 
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 rpa_tile_ws_kernels! {
-    rpa_tile_ws_f16_f16_d64: f16, 64;
-    rpa_tile_ws_f16_f16_d128: f16, 128;
-    rpa_tile_ws_bf16_bf16_d64: Bf16, 64;
-    rpa_tile_ws_bf16_bf16_d128: Bf16, 128;
+    rpa_tile_ws_f16_f16_d64: f16, 64, 128;
+    rpa_tile_ws_f16_f16_d128: f16, 128, 128;
+    rpa_tile_ws_f16_f16_d256: f16, 256, 64;
+    rpa_tile_ws_bf16_bf16_d64: Bf16, 64, 128;
+    rpa_tile_ws_bf16_bf16_d128: Bf16, 128, 128;
+    rpa_tile_ws_bf16_bf16_d256: Bf16, 256, 64;
 }
 
 #[cfg(test)]

@@ -402,12 +402,18 @@ pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
         && cc >= 80
 }
 
-/// Whether the warp-specialized tile kernel applies (on the sm_90a image): where the tiled kernel
-/// does, with pages of whole 16-key blocks (its bulk copies move 16 keys of one page) and a pool
-/// of at most 2^31 tokens (the copies' token coordinate is an int32), for shapes whose work
-/// indices fit in 32 bits (`ws_work_indices_fit`: about 2^30 query rows times KV heads).
+/// Whether the warp-specialized tile kernel applies (on the sm_90a image): f16/bf16 q with
+/// unscaled KV of q's dtype, head_dim 64, 128 or 256, GQA groups up to 64, pages of whole 16-key
+/// blocks (its bulk copies move 16 keys of one page) and a pool of at most 2^31 tokens (the
+/// copies' token coordinate is an int32), for shapes whose work indices fit in 32 bits
+/// (`ws_work_indices_fit`: about 2^30 query rows times KV heads).
 pub fn tiled_ws_applies(spec: &PagedAttention, cc: u32) -> bool {
-    tiled_applies(spec, cc)
+    matches!(spec.q_dtype, DType::F16 | DType::BF16)
+        && spec.kv_dtype == spec.q_dtype
+        && !spec.kv_scaled()
+        && matches!(spec.head_dim, 64 | 128 | 256)
+        && tiled_supports(128, spec.num_q_heads / spec.num_kv_heads.max(1))
+        && cc >= 90
         && spec.page_size.is_multiple_of(WS_BLOCK_KEYS)
         && spec.total_pages as u64 * spec.page_size as u64 <= i32::MAX as u64
         && ws_work_indices_fit(spec)
@@ -570,14 +576,17 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
             );
             KernelChoice::Pipelined
         }
-        KernelChoice::Tiled | KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized => {
+        KernelChoice::Tiled | KernelChoice::TiledWgmma => {
             ensure!(
                 tiled_applies(spec, cc),
                 "the tiled kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128, num_q_heads / num_kv_heads <= 64 and sm_80+"
             );
+            choice
+        }
+        KernelChoice::TiledWarpSpecialized => {
             ensure!(
-                choice != KernelChoice::TiledWarpSpecialized || tiled_ws_applies(spec, cc),
-                "the tiled-ws kernel needs a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}), at most 2^31 tokens in the KV pool and at most about 2^30 query rows times KV heads",
+                tiled_ws_applies(spec, cc),
+                "the tiled-ws kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128/256, num_q_heads / num_kv_heads <= 64, sm_90, a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}), at most 2^31 tokens in the KV pool and at most about 2^30 query rows times KV heads",
                 spec.page_size
             );
             choice
@@ -612,14 +621,15 @@ fn plan_launch(
 ) -> Result<LaunchPlan> {
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
-    if choice == KernelChoice::Auto
-        && kernel == KernelChoice::Tiled
-        && module.image.has_wgmma()
-        && wgmma_tiles_preferred(spec)
-    {
-        // The warp-specialized kernel where its bulk copies apply (1.1-1.5x the one-warpgroup
-        // wgmma tiles on an H100: benchmarks/NOTES.md "v7"), else the one-warpgroup tiles.
-        kernel = if tiled_ws_applies(spec, cc) { KernelChoice::TiledWarpSpecialized } else { KernelChoice::TiledWgmma };
+    if choice == KernelChoice::Auto && module.image.has_wgmma() && wgmma_tiles_preferred(spec) {
+        // Prefill-shaped on Hopper: the warp-specialized kernel where its bulk copies apply
+        // (0.91-1.04x FlashInfer on an H100: benchmarks/NOTES.md "v7d"; head_dim 256 included,
+        // which the other tile kernels lack), else the one-warpgroup wgmma tiles.
+        if tiled_ws_applies(spec, cc) {
+            kernel = KernelChoice::TiledWarpSpecialized;
+        } else if kernel == KernelChoice::Tiled {
+            kernel = KernelChoice::TiledWgmma;
+        }
     }
     if matches!(kernel, KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized) {
         ensure!(
@@ -1022,6 +1032,10 @@ mod tests {
                 Some(KernelChoice::TiledWarpSpecialized)
             );
         }
+        // head_dim 256 too (64-key tiles), which the other tile kernels lack.
+        let d256 = PagedAttention { head_dim: 256, ..spec(16, 4096) };
+        assert!(tiled_ws_applies(&d256, 90) && !tiled_applies(&d256, 90));
+        assert!(!tiled_ws_applies(&d256, 80), "the sm_90a image only");
         for page_size in [1, 8, 24] {
             assert!(!tiled_ws_applies(&spec(page_size, 4096), 90), "page {page_size}");
             let err = resolve_kernel(&spec(page_size, 4096), 90, KernelChoice::TiledWarpSpecialized).unwrap_err();
