@@ -3,17 +3,19 @@
 //!
 //! The work items are the tiled kernel's ([`super::paged_attention_tiled::plan_items`], with
 //! [`ws_tile_rows`] query rows per tile item: 128 M rows), planned by [`rpa_plan_ws`], which also
-//! stores the call's K/V tensor map ([`crate::tma`]) after the plan ([`ws_tensor_map_address`]). A block of [`WS_THREADS`]
-//! threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
-//! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`WS_KEYS`]
-//!   keys into shared-memory rings (two K stages, three V stages: a V stage is released a tile
+//! stores the call's K/V tensor map ([`crate::tma`]) after the plan ([`ws_tensor_map_address`]).
+//! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
+//! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
+//!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
 //!   after its K stage) with the tensor memory accelerator, one bulk copy per (16-key page block,
 //!   64-dim column block), lanes 0-7 one 16-key block each, completing the bytes on the stage's
 //!   *full* mbarrier; its warps 2 and 3 load each item's Q tile (`cp.async`, rows past the item
-//!   zero-filled) into a two-slot ring, so the next item's Q is in place when the consumers
-//!   finish an item; it runs on 48 registers, the consumers on 224;
+//!   zero-filled) into a two-slot ring (one slot at head_dim 256), so the next item's Q is in
+//!   place when the consumers finish an item; it runs on 48 registers, the consumers on 224 (24 and
+//!   240 at head_dim 256);
 //! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
-//!   `m64n128k16`, Q and K from shared memory), the mask and online softmax, and O += P V
+//!   `m64n128k16`, or `m64n64k16` for 64-key tiles, Q and K from shared memory), the mask and
+//!   online softmax, and O += P V
 //!   (`wgmma`, P from registers), in FA3's order (S of tile i issued before the P V of tile i - 1,
 //!   the softmax of tile i while that P V runs), releasing each stage on its *empty* mbarrier as
 //!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the two consumers
@@ -24,8 +26,8 @@
 //! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
 //! see them). A block on a page outside the pool, or past the item's keys, is copied from
 //! coordinates outside the tensor: zeros. Key presence (on a page of the pool, before the item's
-//! end) travels with the K tile: the producer writes four 32-bit masks per stage, released by the
-//! stage's full barrier.
+//! end) travels with the K tile: the producer writes one 32-bit mask per 32 keys of a stage,
+//! released by the stage's full barrier.
 //!
 //! The grid is one row of blocks walking the (item, KV head) pairs ([`for_each_pair`]): one block
 //! per pair, or persistent blocks, as many as there are multiprocessors, whose producer loads the
@@ -34,7 +36,7 @@
 //! the plan's header, fetched by thread 0 and passed to the block through a shared-memory ring.
 //!
 //! Needs page sizes that are multiples of 16 and a KV pool the tensor map can describe (checked on
-//! the host, `tiled_ws_supports`).
+//! the host, `tiled_ws_applies`).
 
 use crate::attention::{page_is_valid, RpaParams};
 use crate::barrier;
