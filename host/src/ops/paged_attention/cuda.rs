@@ -132,10 +132,10 @@ fn dtype_tag(dtype: DType) -> &'static str {
 /// Which attention kernel runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KernelChoice {
-    /// The fastest kernel that applies: tiled for prefill and mixed batches (on Hopper, where the
-    /// call is prefill-shaped, `wgmma_tiles_preferred`: the warp-specialized kernel where it
-    /// applies, `tiled_ws_applies`, else the wgmma tiles), else pipelined, else tensor cores,
-    /// else the general kernel.
+    /// The fastest kernel that applies: on Hopper, where the call is prefill-shaped
+    /// (`wgmma_tiles_preferred`), the warp-specialized tiles where they apply (`tiled_ws_applies`,
+    /// head_dim 64/128/256), else the wgmma tiles; otherwise tiled for prefill and mixed batches,
+    /// else pipelined, else tensor cores, else the general kernel.
     #[default]
     Auto,
     /// The general (CUDA-core) kernel: every dtype and head_dim.
