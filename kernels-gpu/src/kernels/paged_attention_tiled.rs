@@ -953,10 +953,9 @@ pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize, const KS
     if NTILES == 32 {
         // head_dim 256: two n = 128 halves of O (dims 0-127 and 128-255, V's column blocks 0-1
         // and 2-3), one commit group.
+        keep_o(o);
         let acc = o.as_mut_ptr() as *mut [f32; 64];
         let (lo, hi) = (&mut *acc, &mut *acc.add(1));
-        wgmma::keep_accumulator(lo);
-        wgmma::keep_accumulator(hi);
         wgmma::fence();
         let half = 2 * KS as u32 * 16 * 128;
         unroll::<KS>(|ks| wgmma::mma_m64n128k16_rs::<Q, 1>(lo, pa[ks], desc(ks), true));

@@ -54,7 +54,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights};
 use super::paged_attention_tiled::{
     keep_o, mask_logits, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, LogitScale,
-    PlanView, TiledPointers, NO_SEQUENCE,
+    PlanView, TiledPointers, NO_SEQUENCE, TILE_M,
 };
 use super::unroll;
 
@@ -121,6 +121,12 @@ const FULL_ARRIVALS: u32 = 1;
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
 /// Mbarriers: full and empty for each K and V stage, each Q slot and each schedule slot.
 const BARRIERS: u32 = 2 * KV_STAGES + 2 * MAX_Q_SLOTS + 2 * SCHED_SLOTS;
+
+/// Whether this kernel covers a head size and GQA group (16-bit KV of q's dtype): head_dim 64,
+/// 128 or 256, the tiled kernel's groups.
+pub const fn ws_supports(head_dim: u32, group: u32) -> bool {
+    matches!(head_dim, 64 | 128 | 256) && group >= 1 && group <= TILE_M
+}
 
 /// Query rows per tile item of this kernel for a GQA group.
 pub const fn ws_tile_rows(group: u32) -> u32 {

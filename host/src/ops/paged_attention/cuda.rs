@@ -12,7 +12,7 @@ use kernels_gpu::kernels::paged_attention_tiled::{
     PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
 use kernels_gpu::kernels::paged_attention_tiled_ws::{
-    ws_scratch_bytes, ws_shared_bytes, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
+    ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
 };
 use kernels_gpu::tma::TensorMapImage;
 
@@ -395,11 +395,12 @@ pub fn pipelined_applies(spec: &PagedAttention, cc: u32) -> bool {
 /// Whether the tiled kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype, head dim
 /// 64 or 128, a GQA group of at most 64; sm_80+.
 pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
-    matches!(spec.q_dtype, DType::F16 | DType::BF16)
-        && spec.kv_dtype == spec.q_dtype
-        && !spec.kv_scaled()
-        && tiled_supports(spec.head_dim, spec.num_q_heads / spec.num_kv_heads)
-        && cc >= 80
+    tile_dtypes_apply(spec) && tiled_supports(spec.head_dim, spec.num_q_heads / spec.num_kv_heads) && cc >= 80
+}
+
+/// The tile kernels' dtypes: f16/bf16 q with unscaled KV of the same dtype.
+fn tile_dtypes_apply(spec: &PagedAttention) -> bool {
+    matches!(spec.q_dtype, DType::F16 | DType::BF16) && spec.kv_dtype == spec.q_dtype && !spec.kv_scaled()
 }
 
 /// Whether the warp-specialized tile kernel applies (on the sm_90a image): f16/bf16 q with
@@ -408,11 +409,8 @@ pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
 /// copies' token coordinate is an int32), for shapes whose work indices fit in 32 bits
 /// (`ws_work_indices_fit`: about 2^30 query rows times KV heads).
 pub fn tiled_ws_applies(spec: &PagedAttention, cc: u32) -> bool {
-    matches!(spec.q_dtype, DType::F16 | DType::BF16)
-        && spec.kv_dtype == spec.q_dtype
-        && !spec.kv_scaled()
-        && matches!(spec.head_dim, 64 | 128 | 256)
-        && tiled_supports(128, spec.num_q_heads / spec.num_kv_heads.max(1))
+    tile_dtypes_apply(spec)
+        && ws_supports(spec.head_dim, spec.num_q_heads / spec.num_kv_heads.max(1))
         && cc >= 90
         && spec.page_size.is_multiple_of(WS_BLOCK_KEYS)
         && spec.total_pages as u64 * spec.page_size as u64 <= i32::MAX as u64
