@@ -20,19 +20,21 @@ def main():
     ap.add_argument("--seqs", required=True, help="q_len x kv_len [* count], comma separated: 2048x2048,1x4096*64")
     ap.add_argument("--geometry", default="G1", choices=list(peers.GEOMETRIES))
     ap.add_argument("--calls", type=int, default=3)
-    ap.add_argument("--kernel", default="auto", help="XGK_RPA_KERNEL for the calls")
+    ap.add_argument("--kernel", default="auto", help="a peers.py variant of ours for the calls (auto, auto:st5, ...)")
+    ap.add_argument("--kv-dtype", default="bfloat16", help="KV cache dtype: bfloat16, float8_e4m3fn, float8_e5m2")
     args = ap.parse_args()
     seqs = []
     for part in args.seqs.split(","):
         shape, _, count = part.partition("*")
         q, kv = (int(x) for x in shape.split("x"))
         seqs += [(q, kv)] * int(count or 1)
-    case = peers.Case(f"profile {args.seqs}", args.geometry, seqs)
+    case = peers.Case(f"profile {args.seqs}", args.geometry, seqs, kv_dtype=args.kv_dtype)
     inp = peers.Inputs(case, seed=0)
     peers.Ours(args.kernel).select()  # also imports our torch op
     for _ in range(args.calls):
         torch.ops.xla_gpu.paged_attention(inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs,
-                                          sm_scale=inp.sm_scale, sliding_window=inp.window, soft_cap=inp.soft_cap)
+                                          sm_scale=inp.sm_scale, sliding_window=inp.window, soft_cap=inp.soft_cap,
+                                          k_scale=inp.k_scale, v_scale=inp.v_scale)
     torch.cuda.synchronize()
     print(f"{args.calls} calls of {case.name} done")
 

@@ -10,10 +10,11 @@ use std::sync::{Arc, OnceLock};
 
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use kernels_gpu::kernels::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_tile_keys};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
     launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_ws_applies,
-    workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -355,6 +356,47 @@ fn pipelined_kernel_matches_cpu() {
     check_pipelined_cases(48, true);
 }
 
+/// Every stage count of the pipelined kernel's K/V ring (`XGK_RPA_STAGES` 2 to 8, where the
+/// device's shared memory holds it) gives the CPU's answer: 16-bit and fp8 KV at head_dim 64 and
+/// 128, head_dim 256 (32-key tiles), splits of fewer tiles than the ring has stages and of many
+/// more, back-to-back calls on the same buffers.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pipelined_stage_counts_match_cpu() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let seqs: &[(usize, usize)] = &[(1, 5000), (1, 130), (2, 700), (1, 1)];
+    let cases = [
+        random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, seqs, 1),
+        random_case(&mut rng, DType::BF16, DType::F8E4M3FN, 128, 2, 4, 16, seqs, 0),
+        random_case(&mut rng, DType::F16, DType::F8E5M2, 64, 1, 8, 32, seqs, 1),
+        random_case(&mut rng, DType::F16, DType::F16, 64, 2, 2, 8, seqs, 0),
+        random_case(&mut rng, DType::BF16, DType::BF16, 256, 1, 2, 16, &[(1, 3000), (1, 70)], 0),
+    ];
+    let wants: Vec<_> = cases.iter().map(|c| c.cpu_output()).collect();
+    let mut runs = 0;
+    for stages in 2..=8u32 {
+        for (i, case) in cases.iter().enumerate() {
+            let label = format!("stages {stages}, case {i}: {}/{} d{}", case.q_dtype, case.kv_dtype, case.head_dim);
+            let head_dim = case.head_dim as u32;
+            let kv_bytes = if case.kv_dtype == case.q_dtype { 2 } else { 1 };
+            let tile = pipelined_tile_keys(head_dim);
+            if pipelined_shared_bytes(head_dim, kv_bytes, tile, stages) > 227 * 1024 {
+                continue;
+            }
+            with_setting(PIPE_STAGES_ENV_VAR, &stages.to_string(), || {
+                for call in 0..2 {
+                    let got = run_gpu(&stream, case, KernelChoice::Pipelined);
+                    compare(case, &got, &wants[i], &format!("{label}, call {call}"));
+                }
+            });
+            runs += 1;
+        }
+    }
+    println!("{runs} (stage count, case) runs passed");
+    assert!(runs >= 33, "every 16-bit and fp8 case at every stage count from 2 to 8");
+}
+
 /// Short contexts only, every variant of the pipelined kernel: small enough to run under
 /// compute-sanitizer's racecheck and synccheck (scripts/gpu_check.sh).
 #[test]
@@ -590,24 +632,29 @@ fn portable_kernels() -> &'static KernelModule {
     })
 }
 
-/// Runs `f` with programmatic dependent launch switched on or off (the process setting, read from
-/// the environment; the GPU tests run one at a time, `--test-threads=1`), restoring the previous
-/// value after, also when `f` panics.
-fn with_programmatic_launch<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<String>);
+/// Runs `f` with the launch setting `var` set to `value` (the process settings, read from the
+/// environment; the GPU tests run one at a time, `--test-threads=1`), restoring the previous value
+/// after, also when `f` panics.
+fn with_setting<R>(var: &'static str, value: &str, f: impl FnOnce() -> R) -> R {
+    struct Restore(&'static str, Option<String>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            match &self.0 {
-                Some(v) => std::env::set_var(PROGRAMMATIC_LAUNCH_ENV_VAR, v),
-                None => std::env::remove_var(PROGRAMMATIC_LAUNCH_ENV_VAR),
+            match &self.1 {
+                Some(v) => std::env::set_var(self.0, v),
+                None => std::env::remove_var(self.0),
             }
             let _ = reload_settings();
         }
     }
-    let _restore = Restore(std::env::var(PROGRAMMATIC_LAUNCH_ENV_VAR).ok());
-    std::env::set_var(PROGRAMMATIC_LAUNCH_ENV_VAR, if on { "1" } else { "0" });
+    let _restore = Restore(var, std::env::var(var).ok());
+    std::env::set_var(var, value);
     reload_settings().unwrap();
     f()
+}
+
+/// Runs `f` with programmatic dependent launch switched on or off.
+fn with_programmatic_launch<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    with_setting(PROGRAMMATIC_LAUNCH_ENV_VAR, if on { "1" } else { "0" }, f)
 }
 
 /// The Hopper image (programmatic dependent launch between the split kernel and its merge, the

@@ -166,6 +166,8 @@ pub struct ContextModule {
     pub multiprocessors: u32,
     /// Compute capability as `major * 10 + minor`.
     pub compute_capability: u32,
+    /// Most dynamic shared memory a block may opt in to (bytes).
+    pub max_shared_bytes_per_block: u32,
     /// The image loaded here.
     pub image: PtxImage,
     /// Whether launches may use programmatic dependent launch: the image has the grid-dependency
@@ -254,6 +256,8 @@ impl KernelModule {
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32;
         let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32;
         let cc = major * 10 + minor;
+        let max_shared_bytes_per_block =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
         let mut driver = 0;
         // SAFETY: out-pointer to a local.
         unsafe { sys::cuDriverGetVersion(&mut driver) }.result().map_err(|e| Error::cuda("cuDriverGetVersion", e))?;
@@ -265,6 +269,7 @@ impl KernelModule {
             occupancy: Mutex::new(HashMap::new()),
             multiprocessors,
             compute_capability: cc,
+            max_shared_bytes_per_block,
             image,
             programmatic_launch: image.has_grid_dependency_control() && driver >= PROGRAMMATIC_CAPTURE_DRIVER,
         });

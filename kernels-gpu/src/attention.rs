@@ -51,6 +51,10 @@ pub struct RpaParams {
     /// How the warp-specialized kernel's blocks take (item, KV head) pairs: 0 = in a fixed snake
     /// order, 1 = from a counter (a dynamic schedule); 0 for the other kernels.
     pub dynamic_pairs: u32,
+    /// Shared-memory stages of the pipelined kernel's K/V ring (2 to
+    /// [`PIPE_MAX_STAGES`](crate::kernels::paged_attention_pipelined::PIPE_MAX_STAGES)); 0 for
+    /// the other kernels.
+    pub pipe_stages: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

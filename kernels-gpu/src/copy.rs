@@ -97,6 +97,25 @@ pub unsafe fn wait_group<const PENDING: u32>() {
     crate::gpu_only!("wait_group")
 }
 
+/// [`wait_group`] with a count known only at run time (a uniform branch over the immediates);
+/// counts above 6 wait for every group, which is always safe.
+///
+/// # Safety
+/// As [`commit_group`].
+#[inline(always)]
+pub unsafe fn wait_group_dyn(pending: u32) {
+    match pending {
+        0 => wait_group::<0>(),
+        1 => wait_group::<1>(),
+        2 => wait_group::<2>(),
+        3 => wait_group::<3>(),
+        4 => wait_group::<4>(),
+        5 => wait_group::<5>(),
+        6 => wait_group::<6>(),
+        _ => wait_all(),
+    }
+}
+
 /// Waits for every copy this thread issued.
 ///
 /// # Safety

@@ -6,6 +6,10 @@
 //! that corrects the exponent bias (normals and subnormals alike); they do not produce NaN or
 //! infinity, so callers check a word for those bytes first ([`Fp8::has_special`]) and take the
 //! exact per-element widening ([`crate::num::KvElement::widen`]) when one is present.
+//!
+//! To f16 there are cheaper exact paths: an E5M2 byte is the high byte of the same f16, and on
+//! sm_89+ (the sm_90a image) `cvt.rn.f16x2.e4m3x2` widens an E4M3 pair in one instruction, NaN
+//! included ([`Fp8::pair_to_f16`], [`Fp8::F16_EXACT`]).
 
 use crate::mma::MmaElement;
 use crate::num::{KvElement, F8E4M3, F8E5M2};
@@ -17,6 +21,30 @@ pub trait Fp8: KvElement {
     /// Bytes `2 * pair` and `2 * pair + 1` of `word` as a packed pair of `Q` (low byte → low half),
     /// exact, for finite bytes.
     fn pair_to<Q: MmaElement>(word: u32, pair: usize) -> u32;
+    /// Whether [`Fp8::pair_to_f16`] is exact for every byte, NaN and infinity included (callers
+    /// then skip [`Fp8::has_special`]).
+    const F16_EXACT: bool;
+    /// Bytes `2 * pair` and `2 * pair + 1` of `word` as a packed f16 pair (low byte → low half):
+    /// exact for finite bytes, and for every byte where [`Fp8::F16_EXACT`].
+    fn pair_to_f16(word: u32, pair: usize) -> u32;
+}
+
+/// `cvt.rn.f16x2.e4m3x2` of the 16-bit half `pair` of `word` (sm_89+; the sm_90a image).
+#[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+#[inline(always)]
+fn e4m3x2_to_f16x2(word: u32, pair: usize) -> u32 {
+    let d: u32;
+    // SAFETY: pure conversion instructions, available on the image's architecture.
+    unsafe {
+        if pair == 0 {
+            core::arch::asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.rn.f16x2.e4m3x2 {d}, l; }}",
+                d = out(reg32) d, w = in(reg32) word, options(pure, nomem, nostack));
+        } else {
+            core::arch::asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.rn.f16x2.e4m3x2 {d}, h; }}",
+                d = out(reg32) d, w = in(reg32) word, options(pure, nomem, nostack));
+        }
+    }
+    d
 }
 
 /// `prmt.b32 d, a, 0, selector`: byte `i` of `d` is byte `selector[4i..4i+4]` of `(0 : a)`.
@@ -36,6 +64,31 @@ fn permute_bytes(a: u32, selector: u32) -> u32 {
     {
         let _ = (a, selector);
         crate::gpu_only!("permute_bytes")
+    }
+}
+
+/// Bytes 0, 2, 1, 3 of `word`: the two bytes of each 16-bit half go to different halves, so pair
+/// 0 of the result is the low bytes of the halves and pair 1 their high bytes (a transposed
+/// `ldmatrix` of 1-byte rows gives each lane two keys' two adjacent dims; this makes pairs of one
+/// dim).
+#[inline(always)]
+pub fn transpose_byte_pairs(word: u32) -> u32 {
+    permute_bytes(word, 0x3120)
+}
+
+/// Bytes `2 * pair` and `2 * pair + 1` of `word` as a packed f16 pair, exact for every byte
+/// (NaN and infinity too): [`Fp8::pair_to_f16`], or the per-element widening where that is not
+/// exact for the word's bytes.
+#[inline(always)]
+pub fn pair_to_f16_exact<KV: Fp8>(word: u32, pair: usize) -> u32 {
+    if !KV::F16_EXACT && KV::has_special(word) {
+        let bits = word >> (16 * pair);
+        // SAFETY: KV is a 1-byte transparent wrapper over its bits.
+        let lo: KV = unsafe { core::mem::transmute_copy(&(bits as u8)) };
+        let hi: KV = unsafe { core::mem::transmute_copy(&((bits >> 8) as u8)) };
+        f16::pack2(lo.widen(), hi.widen())
+    } else {
+        KV::pair_to_f16(word, pair)
     }
 }
 
@@ -101,6 +154,20 @@ impl Fp8 for F8E4M3 {
             scale_pair::<Q>(place_fields(spread, 7), 0x5c00_5c00)
         }
     }
+
+    const F16_EXACT: bool = cfg!(xgk_sm90);
+
+    #[inline(always)]
+    fn pair_to_f16(word: u32, pair: usize) -> u32 {
+        #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+        {
+            e4m3x2_to_f16x2(word, pair)
+        }
+        #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+        {
+            Self::pair_to::<f16>(word, pair)
+        }
+    }
 }
 
 impl Fp8 for F8E5M2 {
@@ -115,8 +182,15 @@ impl Fp8 for F8E5M2 {
             // bias 15 -> 127: times 2^112 (bf16 0x7780)
             scale_pair::<Q>(place_fields(spread_pair(word, pair), 5), 0x7780_7780)
         } else {
-            // An E5M2 byte is the high byte of the same f16.
-            permute_bytes(word, if pair == 0 { 0x1404 } else { 0x3424 })
+            Self::pair_to_f16(word, pair)
         }
+    }
+
+    const F16_EXACT: bool = true;
+
+    #[inline(always)]
+    fn pair_to_f16(word: u32, pair: usize) -> u32 {
+        // An E5M2 byte is the high byte of the same f16 (infinities and NaNs included).
+        permute_bytes(word, if pair == 0 { 0x1404 } else { 0x3424 })
     }
 }

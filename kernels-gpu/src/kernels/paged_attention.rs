@@ -264,10 +264,10 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
     });
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, HC, stride, RPA_THREADS as usize);
+    merge_warps_and_store(&ptr, &p, &blk, smem, RPA_WARPS as usize, HC, stride, RPA_THREADS as usize);
 }
 
-/// Final step of the attention kernels: each of [`RPA_WARPS`] (logical) warps left
+/// Final step of the attention kernels: each of `warps` (logical) warps, at most [`RPA_WARPS`], left
 /// `(m, l, acc[head_dim])` per query head of the chunk in shared memory, at
 /// `smem[(warp * rows + head) * stride]`; merge them (softmax-weighted) and write the output row,
 /// or the split's partial output and log-sum-exp. The block's `threads` threads share the work;
@@ -278,6 +278,7 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     p: &RpaParams,
     blk: &Block,
     smem: *const f32,
+    warps: usize,
     rows: usize,
     stride: usize,
     threads: usize,
@@ -289,21 +290,23 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
         let hh = idx / d;
         let dim = idx % d;
         let mut m_all = f32::NEG_INFINITY;
-        for w in 0..RPA_WARPS as usize {
-            m_all = max_f32(m_all, *smem.add((w * rows + hh) * stride));
-        }
+        // Unrolled over the most warps a block has, so the loads go out together.
+        unroll::<{ RPA_WARPS as usize }>(|w| {
+            if w < warps {
+                m_all = max_f32(m_all, *smem.add((w * rows + hh) * stride));
+            }
+        });
         let mut l_all = 0.0f32;
         let mut o_all = 0.0f32;
         if m_all != f32::NEG_INFINITY {
-            for w in 0..RPA_WARPS as usize {
+            unroll::<{ RPA_WARPS as usize }>(|w| {
                 let base = smem.add((w * rows + hh) * stride);
-                let mw = *base;
-                if mw != f32::NEG_INFINITY {
-                    let scale = exp2_approx((mw - m_all) * LOG2_E);
+                if w < warps && *base != f32::NEG_INFINITY {
+                    let scale = exp2_approx((*base - m_all) * LOG2_E);
                     l_all += *base.add(1) * scale;
                     o_all += *base.add(2 + dim) * scale;
                 }
-            }
+            });
         }
         let o = if l_all > 0.0 { o_all / l_all } else { 0.0 };
         let h = blk.h0 as usize + hh;

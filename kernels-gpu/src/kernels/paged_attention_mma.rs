@@ -13,7 +13,7 @@
 //! kernel.
 
 use crate::attention::RpaParams;
-use crate::math::{exp2_approx, fma_f32, max_f32, tanh, LOG2_E};
+use crate::math::{exp2_approx, fma_f32, max_f32, tanh_fast, LOG2_E};
 use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
@@ -83,9 +83,11 @@ pub(crate) fn quad_sum(v: f32) -> f32 {
 }
 
 /// The block's query heads as the A operand of `S = Q Kᵀ` (tile rows are heads `h0 + row`; rows
-/// at or past `hc` stay zero), `KSTEPS` k-steps of 16 head dims.
+/// at or past `hc` stay zero), `KSTEPS` k-steps of 16 head dims. With `PAIRED`, the k-step's
+/// dims are permuted as the pipelined kernel's 1-byte K operands are (`StagedKv::k_operand`):
+/// the mma's k `2c, 2c + 1` are dims `4c, 4c + 1` and its k `2c + 8, 2c + 9` dims `4c + 2, 4c + 3`.
 #[inline(always)]
-pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize>(
+pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize, const PAIRED: bool>(
     ptr: &RpaPointers<Q, KV>,
     p: &RpaParams,
     blk: &Block,
@@ -95,15 +97,16 @@ pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize>(
     let d = p.head_dim as usize;
     let mut qa = [[0u32; 4]; KSTEPS];
     let q_row = |r: usize| ptr.q.add((blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + r) * d);
+    let (first, second) = if PAIRED { (4 * cq, 4 * cq + 2) } else { (2 * cq, 2 * cq + 8) };
     unroll::<KSTEPS>(|k| {
-        let col = k * 16 + 2 * cq;
+        let (col, col2) = (k * 16 + first, k * 16 + second);
         if gq < blk.hc {
             qa[k][0] = *(q_row(gq).add(col) as *const u32);
-            qa[k][2] = *(q_row(gq).add(col + 8) as *const u32);
+            qa[k][2] = *(q_row(gq).add(col2) as *const u32);
         }
         if gq + 8 < blk.hc {
             qa[k][1] = *(q_row(gq + 8).add(col) as *const u32);
-            qa[k][3] = *(q_row(gq + 8).add(col + 8) as *const u32);
+            qa[k][3] = *(q_row(gq + 8).add(col2) as *const u32);
         }
     });
     qa
@@ -115,7 +118,9 @@ pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize>(
 pub(crate) fn finish_logit(raw: f32, j: u32, blk: &Block, p: &RpaParams) -> f32 {
     let mut x = raw * p.sm_scale;
     if p.soft_cap != 0.0 {
-        x = p.soft_cap * tanh(x / p.soft_cap);
+        // `sm_scale / soft_cap` is loop-invariant (hoisted): no IEEE division per logit, whose
+        // slow path ran once per logit at head_dim 256 with soft cap 50 (benchmarks/NOTES.md v8).
+        x = p.soft_cap * tanh_fast(raw * (p.sm_scale / p.soft_cap));
     }
     if p.include_masked != 0 && !blk.window.visible(j) {
         x += p.mask_value;
@@ -317,10 +322,11 @@ fn tree_fold<const N: usize>(v: &mut [f32; N], op: impl Fn(f32, f32) -> f32) -> 
 /// Hands a warp's `(m, l, O)` of rows `g` and `g + 8` to [`merge_warps_and_store`]: shared layout
 /// `[logical warp][row][2 + head_dim]` f32, `O` covering dims `[dim0, dim0 + 8 * NTILES)`. Warps
 /// that split the head dims of one logical warp share its `(m, l)`; the one with `dim0 == 0`
-/// writes them. The caller synchronizes the block before (nothing else may still use that shared
-/// memory) and after.
+/// writes them. With `PAIRED`, n-tile `2j + parity` holds dims `16j + 2n + parity` (the
+/// pipelined kernel's 1-byte V operands: `StagedKv::v_operands`) instead of `8 nt + n`. The
+/// caller synchronizes the block before (nothing else may still use that shared memory) and after.
 #[inline(always)]
-pub(crate) unsafe fn store_warp_state<const NTILES: usize>(
+pub(crate) unsafe fn store_warp_state<const NTILES: usize, const PAIRED: bool>(
     smem: *mut f32,
     head_dim: usize,
     logical_warp: usize,
@@ -340,9 +346,16 @@ pub(crate) unsafe fn store_warp_state<const NTILES: usize>(
             *row.add(1) = sum;
         }
         unroll::<NTILES>(|nt| {
-            let dim = dim0 + nt * 8 + 2 * cq;
-            *row.add(2 + dim) = o[nt][2 * ri];
-            *row.add(3 + dim) = o[nt][2 * ri + 1];
+            if PAIRED {
+                // n-tile 2j + parity holds dims 16j + 2n + parity of its columns n.
+                let dim = dim0 + (nt / 2) * 16 + 4 * cq + nt % 2;
+                *row.add(2 + dim) = o[nt][2 * ri];
+                *row.add(4 + dim) = o[nt][2 * ri + 1];
+            } else {
+                let dim = dim0 + nt * 8 + 2 * cq;
+                *row.add(2 + dim) = o[nt][2 * ri];
+                *row.add(3 + dim) = o[nt][2 * ri + 1];
+            }
         });
     });
 }
@@ -362,7 +375,7 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
     let (gq, cq) = (lane / 4, lane % 4);
     let d = p.head_dim as usize;
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
-    let qa = load_q_fragments::<Q, KV, KSTEPS>(&ptr, &p, &blk);
+    let qa = load_q_fragments::<Q, KV, KSTEPS, false>(&ptr, &p, &blk);
 
     let mut o = [[0.0f32; 4]; NTILES];
     // Running max and (this lane's share of the) sum for rows gq and gq + 8.
@@ -419,9 +432,18 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
 
     // Hand (m, l, O) of rows gq and gq + 8 to the shared merge: layout [warp][row][2 + d].
     let smem = dynamic_shared_mem::<f32>();
-    store_warp_state::<NTILES>(smem, d, warp as usize, 0, &m, &l, &o);
+    store_warp_state::<NTILES, false>(smem, d, warp as usize, 0, &m, &l, &o);
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + d, RPA_THREADS as usize);
+    merge_warps_and_store(
+        &ptr,
+        &p,
+        &blk,
+        smem,
+        RPA_WARPS as usize,
+        MMA_HEADS_PER_BLOCK as usize,
+        2 + d,
+        RPA_THREADS as usize,
+    );
 }
 
 /// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.

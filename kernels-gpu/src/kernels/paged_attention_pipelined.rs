@@ -6,12 +6,13 @@
 //! Why: decode is memory bound, and the direct-load kernels left the memory system three quarters
 //! idle (benchmarks/NOTES.md, profile): every warp waited on its own dependent global loads. Here
 //! a block (query row `t`, KV head `g`, up to 16 query heads of `g`, key split) walks its keys in
-//! tiles of [`PIPE_TILE_KEYS`] keys:
+//! tiles of 64 keys (32 at head_dim 256: [`pipelined_tile_keys`]):
 //! - all 128 threads copy a tile's K and V rows (page-gathered: one token's K and V for head `g`
-//!   are `2 * head_dim` contiguous elements) into one of [`PIPE_STAGES`] shared-memory stages
-//!   with 16-byte `cp.async` (256-byte L2 prefetch by default, `RpaParams::copy_hint`), `PIPE_STAGES - 1` tiles ahead of the math, so about 64 KiB per block
-//!   is in flight while a tile is consumed; keys past the split or on an invalid page are
-//!   zero-filled (and masked below);
+//!   are `2 * head_dim` contiguous elements) into one of `RpaParams::pipe_stages` shared-memory
+//!   stages with 16-byte `cp.async` (256-byte L2 prefetch by default, `RpaParams::copy_hint`),
+//!   `stages - 1` tiles ahead of the math (the host picks the count that keeps about 128 KiB per SM
+//!   in flight: 3 stages of 32 KiB for 16-bit KV at head_dim 128, more of the smaller fp8 ones);
+//!   keys past the split or on an invalid page are zero-filled (and masked below);
 //! - each warp takes 16 keys of the tile: `S = Q Kᵀ` with K fragments from `ldmatrix`, online
 //!   softmax on the accumulators, `O += P V` with V fragments from `ldmatrix.trans`;
 //! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
@@ -25,27 +26,40 @@
 //!   rounding fewer (within the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{page_is_valid, RpaParams};
-use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group, CopyHint};
-use crate::fp8::Fp8;
+use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group_dyn, CopyHint};
+use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
-use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
+use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, RPA_THREADS};
+use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers};
 use super::paged_attention_mma::{
     finish_logit, load_q_fragments, online_softmax_step, store_warp_state, MMA_HEADS_PER_BLOCK,
 };
 use super::unroll;
 
-/// Keys per pipeline stage: 16 per warp (two mma n-tiles), 4 warps.
+/// Most keys per pipeline stage (16 per key group, two mma n-tiles; 4 groups), and the granule of
+/// the key splits (a multiple of every tile size).
 pub const PIPE_TILE_KEYS: u32 = 64;
-/// Shared-memory stages of the K/V pipeline (tiles in flight = stages - 1).
-pub const PIPE_STAGES: u32 = 3;
-/// 16-key groups of a tile, one per warp (or per `DSPLIT` warps).
-const PIPE_KEY_GROUPS: u32 = PIPE_TILE_KEYS / 16;
+/// Most shared-memory stages of the K/V ring (tiles in flight = stages - 1); the kernel takes the
+/// count at run time (`RpaParams::pipe_stages`).
+pub const PIPE_MAX_STAGES: u32 = 8;
+
+/// Keys per tile: 64 (four 16-key groups, one warp each), 32 at head_dim 256, where two warps
+/// share each group: 4 warps and 32 KiB stages, so that two blocks fit an SM (with 64-key tiles,
+/// 64 KiB stages and 8 warps, one block per SM stalled at every tile's barrier: 770 against 745
+/// µs at G4 64 x 8k, benchmarks/NOTES.md v8). A compile-time constant of the kernel: taken at run
+/// time it cost the smallest decode cells about 1 µs.
+pub const fn pipelined_tile_keys(head_dim: u32) -> u32 {
+    if head_dim > 128 {
+        32
+    } else {
+        64
+    }
+}
 
 /// Warps that split one key group's head dims: 2 for head_dim 256 (the accumulators of a full
 /// 256-dim row would not fit one warp's registers), else 1.
@@ -57,39 +71,29 @@ pub const fn pipelined_dim_split(head_dim: u32) -> u32 {
     }
 }
 
-/// Threads per block of the pipelined kernel.
-pub const fn pipelined_threads(dim_split: u32) -> u32 {
-    RPA_THREADS * dim_split
+/// Threads per block of the pipelined kernel: `dim_split` warps per 16-key group of a tile.
+pub const fn pipelined_threads(tile_keys: u32, dim_split: u32) -> u32 {
+    tile_keys / 16 * WARP_SIZE * dim_split
 }
 
 /// Whether the pipelined kernel covers a head size and KV element size: its shared rows must be
-/// whole groups of eight 16-byte chunks for the permutation; fp8 only up to 128 (the per-warp
-/// widening is not split over warps).
+/// whole 16-byte chunks for the `ldmatrix` swizzle (four at least); fp8 only up to 128 (its
+/// permuted output dims are not split over warps).
 pub const fn pipelined_supports(head_dim: u32, kv_bytes: u32) -> bool {
     head_dim == 64 || head_dim == 128 || (head_dim == 256 && kv_bytes == 2)
 }
 
 /// Shared memory of one stage: K and V rows of a tile, `kv_bytes` bytes per element.
-pub const fn pipelined_stage_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
-    2 * PIPE_TILE_KEYS * head_dim * kv_bytes
+pub const fn pipelined_stage_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32) -> u32 {
+    2 * tile_keys * head_dim * kv_bytes
 }
 
-/// Per-warp area where 1-byte KV is widened to 16-bit K and V rows of the warp's 16 keys.
-pub const fn pipelined_widen_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
-    if kv_bytes == 1 {
-        2 * 16 * head_dim * 2
-    } else {
-        0
-    }
-}
-
-/// Dynamic shared memory of the pipelined kernel: the stages and widening areas, reused by the
-/// final warp merge.
-pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
-    let warps = PIPE_KEY_GROUPS;
-    let pipeline =
-        PIPE_STAGES * pipelined_stage_bytes(head_dim, kv_bytes) + warps * pipelined_widen_bytes(head_dim, kv_bytes);
-    let merge = super::paged_attention_mma::mma_shared_bytes(head_dim);
+/// Dynamic shared memory of the pipelined kernel with `stages` stages of `tile_keys` keys,
+/// reused by the final warp merge.
+pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32, stages: u32) -> u32 {
+    let key_groups = tile_keys / 16;
+    let pipeline = stages * pipelined_stage_bytes(head_dim, kv_bytes, tile_keys);
+    let merge = key_groups * MMA_HEADS_PER_BLOCK * (2 + head_dim) * 4;
     if pipeline > merge {
         pipeline
     } else {
@@ -97,63 +101,132 @@ pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32) -> u32 {
     }
 }
 
-/// How a KV element type enters the pipeline's shared memory.
+/// How a KV element type enters the tensor cores from the pipeline's shared memory.
 pub trait StagedKv: KvElement {
-    /// 1-byte types are widened to q's type per warp before `ldmatrix`; 16-bit ones are read in
-    /// place.
-    const WIDENED: bool;
-    /// 16 bytes of KV (16 one-byte elements) as 16 elements of q's type, exact and unscaled.
-    fn widen16<Q: MmaElement>(raw: [u32; 4]) -> [u32; 8];
+    /// 1-byte types are converted in registers after `ldmatrix` (over permuted dims); 16-bit ones
+    /// are the operands as loaded.
+    const FP8: bool;
+    /// The tensor cores' operand type with q of type `Q`: q's own for 16-bit KV; f16 for fp8 KV,
+    /// whatever q is (every fp8 value is an f16, and fp8 widens to f16 in one instruction or two:
+    /// [`crate::fp8::Fp8::pair_to_f16`]; bf16 q enters as f16 through [`q_as_operand`]).
+    type Operand<Q: MmaElement>: MmaElement;
+    /// K's B fragment of one n-tile and k-step from a lane's `ldmatrix` word of 1-byte K (four
+    /// adjacent dims `4c .. 4c + 4` of one key): register 0 holds dims `4c, 4c + 1` (the mma's k
+    /// `2c, 2c + 1`), register 1 dims `4c + 2, 4c + 3` (its k `2c + 8, 2c + 9`); q's fragments
+    /// take the same permutation ([`load_q_fragments`]'s `PAIRED`).
+    fn k_operand(word: u32) -> [u32; 2];
+    /// V's B registers from a lane's transposed-`ldmatrix` word of 1-byte V (keys `2c, 2c + 1`,
+    /// dims `2u, 2u + 1`): the pair of keys at dim `2u` (the even-dim n-tile) and at `2u + 1`
+    /// (the odd-dim n-tile).
+    fn v_operands(word: u32) -> [u32; 2];
 }
 
 macro_rules! staged_in_place {
     ($($t:ty),*) => {$(
         impl StagedKv for $t {
-            const WIDENED: bool = false;
-            fn widen16<Q: MmaElement>(_: [u32; 4]) -> [u32; 8] {
-                unreachable!("16-bit KV is read in place (WIDENED is false)")
+            const FP8: bool = false;
+            type Operand<Q: MmaElement> = Q;
+            fn k_operand(_: u32) -> [u32; 2] {
+                unreachable!("16-bit KV is its own operand (FP8 is false)")
+            }
+            fn v_operands(_: u32) -> [u32; 2] {
+                unreachable!("16-bit KV is its own operand (FP8 is false)")
             }
         }
     )*};
 }
 staged_in_place!(f16, Bf16);
 
-macro_rules! staged_widened {
+macro_rules! staged_fp8 {
     ($($t:ty),*) => {$(
         impl StagedKv for $t {
-            const WIDENED: bool = true;
+            const FP8: bool = true;
+            type Operand<Q: MmaElement> = f16;
             #[inline(always)]
-            fn widen16<Q: MmaElement>(raw: [u32; 4]) -> [u32; 8] {
-                widen16_fp8::<Q, $t>(raw)
+            fn k_operand(word: u32) -> [u32; 2] {
+                [pair_to_f16_exact::<$t>(word, 0), pair_to_f16_exact::<$t>(word, 1)]
+            }
+            #[inline(always)]
+            fn v_operands(word: u32) -> [u32; 2] {
+                let by_dim = transpose_byte_pairs(word);
+                [pair_to_f16_exact::<$t>(by_dim, 0), pair_to_f16_exact::<$t>(by_dim, 1)]
             }
         }
     )*};
 }
-staged_widened!(F8E4M3, F8E5M2);
+staged_fp8!(F8E4M3, F8E5M2);
 
-/// Packed conversion of 16 fp8 bytes; chunks holding NaN or infinity take the exact per-element
-/// path (rare: a finite cache never does).
+/// The 16-byte chunk where chunk `col` of shared row `row` (rows of `row_chunks` chunks, 4 at
+/// least) is stored: the eight rows an `ldmatrix` reads land in eight different bank groups.
+/// Rows of 8 chunks or more XOR the chunk with `row % 8`; 4-chunk rows (fp8 at head_dim 64: two
+/// rows per 128 bytes) with `(row / 2) % 4`.
 #[inline(always)]
-fn widen16_fp8<Q: MmaElement, KV: Fp8>(raw: [u32; 4]) -> [u32; 8] {
-    let mut out = [0u32; 8];
-    if KV::has_special(raw[0]) || KV::has_special(raw[1]) || KV::has_special(raw[2]) || KV::has_special(raw[3]) {
-        unroll::<8>(|i| {
-            let pair = raw[i / 2] >> (16 * (i % 2));
-            // SAFETY: KV is a 1-byte transparent wrapper over its bits.
-            let lo: KV = unsafe { core::mem::transmute_copy(&(pair as u8)) };
-            let hi: KV = unsafe { core::mem::transmute_copy(&((pair >> 8) as u8)) };
-            out[i] = Q::pack2(lo.widen(), hi.widen());
-        });
+fn swizzled_chunk(col: u32, row: u32, row_chunks: u32) -> u32 {
+    if row_chunks >= 8 {
+        col ^ (row & 7)
     } else {
-        unroll::<8>(|i| out[i] = KV::pair_to::<Q>(raw[i / 2], i % 2));
+        col ^ ((row >> 1) & 3)
     }
-    out
+}
+
+/// q's A fragments as operands of type `M`, and the factor they were scaled by (divide it out of
+/// the logits). Unchanged (factor 1) when `M` is q's type. bf16 q for f16 operands (fp8 KV) is
+/// scaled by the power of two that puts the block's largest `|q|` in `[2^14, 2^15)`: every bf16
+/// value from there down to f16's smallest normal (2^-14, 28 binades below the largest) is then
+/// exact in f16, and the elements below it weigh less than 2^-28 of the largest in a dot product.
+/// Every warp holds the same fragments, so every warp finds the same factor.
+#[inline(always)]
+pub(crate) fn q_as_operand<Q: MmaElement, M: MmaElement, const KSTEPS: usize>(
+    qa: [[u32; 4]; KSTEPS],
+) -> ([[u32; 4]; KSTEPS], f32) {
+    if Q::IS_BF16 == M::IS_BF16 {
+        return (qa, 1.0);
+    }
+    // bf16 halves to f32: the bits in the high half.
+    let halves = |w: u32| (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000));
+    let mut largest = 0.0f32;
+    unroll::<KSTEPS>(|k| {
+        unroll::<4>(|r| {
+            let (lo, hi) = halves(qa[k][r]);
+            largest = largest.max(lo.abs()).max(hi.abs());
+        })
+    });
+    let largest = crate::warp::warp_max_f32(largest);
+    // Unbiased exponent of the largest (zero: the factor is 1; the clamp keeps 2^shift normal).
+    let exponent = ((largest.to_bits() >> 23) & 0xff) as i32 - 127;
+    let shift = if largest == 0.0 { 0 } else { (14 - exponent).clamp(-126, 126) };
+    let factor = f32::from_bits(((shift + 127) as u32) << 23);
+    let mut out = [[0u32; 4]; KSTEPS];
+    unroll::<KSTEPS>(|k| {
+        unroll::<4>(|r| {
+            let (lo, hi) = halves(qa[k][r]);
+            out[k][r] = M::pack2(lo * factor, hi * factor);
+        })
+    });
+    (out, factor)
 }
 
 #[inline(always)]
 unsafe fn rpa_pipelined<
     Q: MmaElement,
     KV: StagedKv,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const DSPLIT: usize,
+>(
+    ptr: RpaPointers<Q, KV>,
+    p: RpaParams,
+) {
+    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT>(ptr, p)
+}
+
+/// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]).
+#[inline(always)]
+unsafe fn rpa_pipelined_on<
+    Q: MmaElement,
+    KV: StagedKv,
+    M: MmaElement,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -170,26 +243,28 @@ unsafe fn rpa_pipelined<
     // DSPLIT warps share each 16-key group, each accumulating NTILES 8-dim tiles of O (head dims
     // [dim_part * 8 * NTILES, ...)); all compute the group's full S.
     const { assert!(NTILES * 8 * DSPLIT == D && KSTEPS * 16 == D, "tiles cover the head dim") };
-    // Warps sharing a key group would widen the same 1-byte rows into the same area.
-    const { assert!(!KV::WIDENED || DSPLIT == 1, "1-byte KV needs one warp per key group") };
-    let threads = pipelined_threads(DSPLIT as u32);
-    // 16-bit KV is read by ldmatrix straight from the stage; 1-byte KV is widened first.
+    // fp8's O n-tiles hold permuted dims (even and odd of 16-dim chunks), stored in one piece.
+    const { assert!(!KV::FP8 || DSPLIT == 1, "1-byte KV needs one warp per key group") };
+    // The host launches `pipelined_threads(tile, DSPLIT)` threads, checks 2 <= stages <=
+    // PIPE_MAX_STAGES and sizes the shared memory for them.
+    let tile = pipelined_tile_keys(D as u32);
+    let key_groups = tile / 16;
+    let threads = pipelined_threads(tile, DSPLIT as u32);
+    // 16-bit KV is read by ldmatrix straight into operands; 1-byte KV is converted after it.
     let kv_bytes = core::mem::size_of::<KV>() as u32;
-    let widened = KV::WIDENED;
+    let fp8 = KV::FP8;
     // fp8 KV enters the tensor cores exact; its scales apply to the logits (k_scale, folded into
     // sm_scale) and to the output (v_scale), in f32.
     let mut p = p;
-    if widened {
+    if fp8 {
         p.sm_scale *= p.k_scale;
     }
     // A stage: K rows then V rows of `tile` keys, `kv_row_bytes` each, as 16-byte chunks.
     let kv_row_bytes: u32 = D as u32 * kv_bytes;
     let row_chunks: u32 = kv_row_bytes / 16;
     let token_chunks: u32 = 2 * row_chunks;
-    let tile = PIPE_TILE_KEYS;
-    let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes);
-    // Rows that ldmatrix reads hold D 16-bit elements.
-    let row_bytes: u32 = D as u32 * 2;
+    let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes, tile);
+    let stages = p.pipe_stages;
     // Copies per thread and token (a quarter of the token's chunks): 8 for 16-bit KV and D = 128,
     // 16 for D = 256; passes of `threads / 4` tokens cover the tile.
     const COPIES: usize = 16;
@@ -201,16 +276,20 @@ unsafe fn rpa_pipelined<
     let lane = lane_id();
     let warp = tid / WARP_SIZE;
     // The 16-key group this warp computes, and which part of the head dims it accumulates.
-    let (key_group, dim_part) = (warp % PIPE_KEY_GROUPS, warp / PIPE_KEY_GROUPS);
+    let (key_group, dim_part) = (warp % key_groups, warp / key_groups);
     let cq = (lane % 4) as usize;
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
     let (split_lo, split_hi) = (blk.split_lo, blk.split_hi);
-    let qa = load_q_fragments::<Q, KV, KSTEPS>(&ptr, &p, &blk);
+    let qa = if fp8 {
+        load_q_fragments::<Q, KV, KSTEPS, true>(&ptr, &p, &blk)
+    } else {
+        load_q_fragments::<Q, KV, KSTEPS, false>(&ptr, &p, &blk)
+    };
+    let (qa, q_factor) = q_as_operand::<Q, M, KSTEPS>(qa);
+    p.sm_scale /= q_factor; // exact: a power of two
 
     let smem = dynamic_shared_mem::<f32>();
-    let smem_bytes = smem as *mut u8;
     let smem_base = shared_address(smem);
-    let widen_base = PIPE_STAGES * stage_bytes + key_group * pipelined_widen_bytes(D as u32, kv_bytes);
     let kv = ptr.kv as *const u8;
     let token_stride = 2 * p.num_kv_heads as usize * D * kv_bytes as usize; // bytes per token of the pool
     let head_offset = 2 * blk.g as usize * D * kv_bytes as usize;
@@ -229,16 +308,16 @@ unsafe fn rpa_pipelined<
         }
     };
 
-    // Copies tile `i` of the split into stage `i % PIPE_STAGES` (one commit group per tile).
+    // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
     // Four threads share a token: thread q of the four copies chunks q, q + 4, q + 8, ... of its
     // K-then-V span, so each warp instruction reads 64 contiguous bytes of eight tokens, and a
-    // thread resolves one page-table entry per 32 tokens. 16-bit rows are stored permuted for
-    // ldmatrix; 1-byte rows as they are.
+    // thread resolves one page-table entry per 32 tokens. Rows are stored swizzled for ldmatrix
+    // (`swizzled_chunk`).
     let quad = tid % 4;
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
-    |i: u32, hint: CopyHint| {
-        let stage_base = smem_base + (i % PIPE_STAGES) * stage_bytes;
+    |i: u32, slot: u32, hint: CopyHint| {
+        let stage_base = smem_base + slot * stage_bytes;
         let tile_base = split_lo + i * tile;
         unroll::<2>(|pass| {
             if pass as u32 >= passes {
@@ -257,7 +336,7 @@ unsafe fn rpa_pipelined<
                 if (c as u32) < copies_per_token_thread {
                     let part = c as u32 * 4 + quad;
                     let (region, col) = (part / row_chunks, part % row_chunks);
-                    let col = if widened { col } else { col ^ (token & 7) };
+                    let col = swizzled_chunk(col, token, row_chunks);
                     let dst = stage_base + region * tile * kv_row_bytes + row + col * 16;
                     cp_async_16(dst, src.add(c * 64), valid, hint);
                 }
@@ -270,11 +349,11 @@ unsafe fn rpa_pipelined<
     // behind branches (seen in the tile kernel's SASS, benchmarks/NOTES.md "v4").
     let evict_first = if p.copy_hint & 2 != 0 { evict_first_policy() } else { 0 };
     let issue = #[inline(always)]
-    |i: u32| match p.copy_hint & 3 {
-        1 => issue_with(i, CopyHint { prefetch_256: true, evict_first: None }),
-        0 => issue_with(i, CopyHint { prefetch_256: false, evict_first: None }),
-        2 => issue_with(i, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }),
-        _ => issue_with(i, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }),
+    |i: u32, slot: u32| match p.copy_hint & 3 {
+        1 => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: None }),
+        0 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: None }),
+        2 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }),
+        _ => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }),
     };
 
     let mut o = [[0.0f32; 4]; NTILES];
@@ -283,72 +362,69 @@ unsafe fn rpa_pipelined<
     let mut l = [0.0f32; 2];
     let num_tiles = (split_hi - split_lo).div_ceil(tile);
 
-    // This lane's ldmatrix rows among the warp's 16 keys: K for S (non-transposed: matrices are
-    // keys 0-7 / 8-15 × dims +0 / +8), V for O (transposed: keys 0-7 / 8-15 × dims +0 / +8).
+    // This lane's ldmatrix rows among the warp's 16 keys: 16-bit K for S (non-transposed:
+    // matrices are keys 0-7 / 8-15 × dims +0 / +8); V for O and 1-byte K (matrices keys 0-7 /
+    // 8-15 × chunk +0, then × chunk +1).
     let k_token = (lane / 16) * 8 + lane % 8;
     let k_half = (lane / 8) % 2;
     let v_token = ((lane / 8) % 2) * 8 + lane % 8;
     let v_half = lane / 16;
 
-    for i in 0..PIPE_STAGES - 1 {
+    for i in 0..stages - 1 {
         if i < num_tiles {
-            issue(i);
+            issue(i, i);
         } else {
             commit_group();
         }
     }
+    // Stage of tile i (i % stages), kept as a counter: no division per tile.
+    let mut slot = 0;
     for i in 0..num_tiles {
         // Tile i has landed for this thread; after the barrier, for every thread, and every warp
-        // is past tile i - 1, whose stage the next copies reuse.
-        wait_group::<{ PIPE_STAGES - 2 }>();
+        // is past tile i - 1, whose stage (the one before `slot`) the next copies reuse.
+        wait_group_dyn(stages - 2);
         sync_threads();
-        if i + PIPE_STAGES - 1 < num_tiles {
-            issue(i + PIPE_STAGES - 1);
+        if i + stages - 1 < num_tiles {
+            issue(i + stages - 1, if slot == 0 { stages - 1 } else { slot - 1 });
         } else {
             commit_group();
         }
 
-        let stage = (i % PIPE_STAGES) * stage_bytes;
+        let stage = slot * stage_bytes;
+        slot = if slot + 1 == stages { 0 } else { slot + 1 };
         let key0 = split_lo + i * tile + key_group * 16;
         // Bit k: key key0 + k is inside the split and on a valid page (else zero-filled above).
         let present = warp_ballot(lane < 16 && page_of(key0 + lane).is_some());
 
-        // Where the warp's 16 K rows (V rows follow `v_offset` later) are in 16-bit form.
-        let (k_base, v_offset) = if widened {
-            // Lane l widens 16-byte chunks l, l + 32, ... of the warp's K rows then V rows.
-            sync_warp(); // the previous tile's ldmatrix reads of the area are done
-            let chunks_per_region = 16 * row_chunks;
-            unroll::<8>(|c| {
-                let chunk = lane + 32 * c as u32;
-                if chunk < 2 * chunks_per_region {
-                    let region = chunk / chunks_per_region;
-                    let (key, col) = ((chunk % chunks_per_region) / row_chunks, chunk % row_chunks);
-                    let src = stage + region * tile * kv_row_bytes + (key_group * 16 + key) * kv_row_bytes + col * 16;
-                    let raw = *(smem_bytes.add(src as usize) as *const [u32; 4]);
-                    let wide = KV::widen16::<Q>(raw);
-                    let row = widen_base + region * 16 * row_bytes + key * row_bytes;
-                    unroll::<2>(|h| {
-                        let c16 = (2 * col + h as u32) ^ (key & 7);
-                        let dst = smem_bytes.add((row + c16 * 16) as usize) as *mut [u32; 4];
-                        *dst = [wide[4 * h], wide[4 * h + 1], wide[4 * h + 2], wide[4 * h + 3]];
-                    });
-                }
-            });
-            sync_warp();
-            (smem_base + widen_base, 16 * row_bytes)
-        } else {
-            (smem_base + stage + key_group * 16 * row_bytes, tile * row_bytes)
-        };
+        // The warp's 16 K rows, and its 16 V rows `tile` rows further.
+        let k_base = smem_base + stage + key_group * 16 * kv_row_bytes;
+        let v_base = k_base + tile * kv_row_bytes;
 
         // S = Q Kᵀ over the warp's 16 keys.
         let mut s = [[0.0f32; 4]; 2];
-        let k_row = k_base + k_token * row_bytes;
-        unroll::<KSTEPS>(|k| {
-            let col = k as u32 * 2 + k_half;
-            let b = ldmatrix_x4(k_row + ((col ^ (k_token & 7)) * 16));
-            s[0] = Q::mma(qa[k], [b[0], b[1]], s[0]);
-            s[1] = Q::mma(qa[k], [b[2], b[3]], s[1]);
-        });
+        if fp8 {
+            // One ldmatrix gives two k-steps (2 chunks of 16 one-byte dims) of both n-tiles:
+            // matrices keys 0-7 / 8-15 × chunk 2kk, then the same × chunk 2kk + 1.
+            let k_row = k_base + v_token * kv_row_bytes;
+            unroll::<KSTEPS>(|kk| {
+                if kk < KSTEPS / 2 {
+                    let col = 2 * kk as u32 + v_half;
+                    let b = ldmatrix_x4(k_row + swizzled_chunk(col, v_token, row_chunks) * 16);
+                    s[0] = M::mma(qa[2 * kk], KV::k_operand(b[0]), s[0]);
+                    s[1] = M::mma(qa[2 * kk], KV::k_operand(b[1]), s[1]);
+                    s[0] = M::mma(qa[2 * kk + 1], KV::k_operand(b[2]), s[0]);
+                    s[1] = M::mma(qa[2 * kk + 1], KV::k_operand(b[3]), s[1]);
+                }
+            });
+        } else {
+            let k_row = k_base + k_token * kv_row_bytes;
+            unroll::<KSTEPS>(|k| {
+                let col = k as u32 * 2 + k_half;
+                let b = ldmatrix_x4(k_row + swizzled_chunk(col, k_token, row_chunks) * 16);
+                s[0] = M::mma(qa[k], [b[0], b[1]], s[0]);
+                s[1] = M::mma(qa[k], [b[2], b[3]], s[1]);
+            });
+        }
         // Element e of n-tile nt is row g + 8*(e/2), key key0 + nt*8 + 2*cq + e%2.
         unroll::<2>(|nt| {
             unroll::<4>(|e| {
@@ -360,30 +436,60 @@ unsafe fn rpa_pipelined<
                 };
             })
         });
-        let pa = online_softmax_step::<Q, NTILES>(&s, &mut m, &mut l, &mut o);
+        let pa = online_softmax_step::<M, NTILES>(&s, &mut m, &mut l, &mut o);
 
-        // O += P V: one ldmatrix.trans gives the B fragments of two 8-dim n-tiles.
-        let v_row = k_base + v_offset + v_token * row_bytes;
-        unroll::<NTILES>(|nt| {
-            if nt % 2 == 0 {
-                let col = (dim_part * NTILES as u32) + nt as u32 + v_half;
-                let b = ldmatrix_x4_trans(v_row + ((col ^ (v_token & 7)) * 16));
-                o[nt] = Q::mma(pa, [b[0], b[1]], o[nt]);
-                o[nt + 1] = Q::mma(pa, [b[2], b[3]], o[nt + 1]);
-            }
-        });
+        // O += P V.
+        let v_row = v_base + v_token * kv_row_bytes;
+        if fp8 {
+            // One transposed ldmatrix gives two 16-dim chunks (keys 0-7 / 8-15 × chunk 2q, then
+            // chunk 2q + 1); each chunk feeds two n-tiles, its even dims and its odd dims.
+            unroll::<NTILES>(|nt| {
+                if nt % 4 == 0 {
+                    let col = (nt / 2) as u32 + v_half;
+                    let b = ldmatrix_x4_trans(v_row + swizzled_chunk(col, v_token, row_chunks) * 16);
+                    unroll::<2>(|c| {
+                        let (low_keys, high_keys) = (KV::v_operands(b[2 * c]), KV::v_operands(b[2 * c + 1]));
+                        o[nt + 2 * c] = M::mma(pa, [low_keys[0], high_keys[0]], o[nt + 2 * c]);
+                        o[nt + 2 * c + 1] = M::mma(pa, [low_keys[1], high_keys[1]], o[nt + 2 * c + 1]);
+                    });
+                }
+            });
+        } else {
+            // One ldmatrix.trans gives the B fragments of two 8-dim n-tiles.
+            unroll::<NTILES>(|nt| {
+                if nt % 2 == 0 {
+                    let col = (dim_part * NTILES as u32) + nt as u32 + v_half;
+                    let b = ldmatrix_x4_trans(v_row + swizzled_chunk(col, v_token, row_chunks) * 16);
+                    o[nt] = M::mma(pa, [b[0], b[1]], o[nt]);
+                    o[nt + 1] = M::mma(pa, [b[2], b[3]], o[nt + 1]);
+                }
+            });
+        }
     }
     // Every copy has landed and every warp is done with the stages before they become the merge
     // area.
     wait_all();
     sync_threads();
-    if widened {
+    if fp8 {
         unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
     }
     let dim0 = dim_part as usize * NTILES * 8;
-    store_warp_state::<NTILES>(smem, D, key_group as usize, dim0, &m, &l, &o);
+    if fp8 {
+        store_warp_state::<NTILES, true>(smem, D, key_group as usize, dim0, &m, &l, &o);
+    } else {
+        store_warp_state::<NTILES, false>(smem, D, key_group as usize, dim0, &m, &l, &o);
+    }
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, MMA_HEADS_PER_BLOCK as usize, 2 + D, threads as usize);
+    merge_warps_and_store(
+        &ptr,
+        &p,
+        &blk,
+        smem,
+        key_groups as usize,
+        MMA_HEADS_PER_BLOCK as usize,
+        2 + D,
+        threads as usize,
+    );
 }
 
 /// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`.

@@ -5,7 +5,8 @@ use std::ffi::c_void;
 use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
-    pipelined_dim_split, pipelined_shared_bytes, pipelined_supports, pipelined_threads, PIPE_TILE_KEYS,
+    pipelined_dim_split, pipelined_shared_bytes, pipelined_stage_bytes, pipelined_supports, pipelined_threads,
+    pipelined_tile_keys, PIPE_MAX_STAGES, PIPE_TILE_KEYS,
 };
 use kernels_gpu::kernels::paged_attention_tiled::{
     plan_bytes, plan_capacity, tile_rows, tiled_shared_bytes, tiled_supports, tiled_wgmma_shared_bytes,
@@ -249,6 +250,11 @@ pub const PERSISTENT_ENV_VAR: &str = "XGK_WS_PERSISTENT";
 /// Default of [`PERSISTENT_ENV_VAR`].
 const DEFAULT_PERSISTENT: u32 = 2;
 
+/// Environment variable overriding the pipelined kernel's K/V stage count (2 to
+/// [`PIPE_MAX_STAGES`]; unset, empty or 0: [`pipelined_default_stages`] of the shape). Stages
+/// that do not fit the device's shared memory are an error at launch.
+pub const PIPE_STAGES_ENV_VAR: &str = "XGK_RPA_STAGES";
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -266,6 +272,8 @@ pub struct LaunchSettings {
     pub consumer_schedule: u32,
     /// [`PERSISTENT_ENV_VAR`].
     pub persistent: u32,
+    /// [`PIPE_STAGES_ENV_VAR`] (0: the shape's default).
+    pub pipe_stages: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -280,8 +288,8 @@ fn settings() -> Result<LaunchSettings> {
 }
 
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
-/// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`] and
-/// [`PERSISTENT_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
+/// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
+/// [`PERSISTENT_ENV_VAR`] and [`PIPE_STAGES_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -295,6 +303,12 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         merge_cost_keys: bounded_from_env(MERGE_COST_KEYS_ENV_VAR, DEFAULT_MERGE_COST_KEYS, 0..=65536)?,
         consumer_schedule: bounded_from_env(CONSUMER_SCHEDULE_ENV_VAR, DEFAULT_CONSUMER_SCHEDULE, 0..=1)?,
         persistent: bounded_from_env(PERSISTENT_ENV_VAR, DEFAULT_PERSISTENT, 0..=2)?,
+        pipe_stages: match bounded_from_env(PIPE_STAGES_ENV_VAR, 0, 0..=PIPE_MAX_STAGES)? {
+            1 => {
+                return Err(crate::Error::invalid(format!("{PIPE_STAGES_ENV_VAR}=1: the ring needs at least 2 stages")))
+            }
+            n => n,
+        },
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -509,6 +523,8 @@ struct DirectPlan {
     name: &'static str,
     threads: u32,
     shared_bytes: u32,
+    /// The pipelined kernel's K/V stages (0 for the other kernels).
+    stages: u32,
     grid_y: u32,
     splits: u32,
     split_len: u32,
@@ -672,14 +688,29 @@ fn plan_launch(
         }
     }
     let group = spec.num_q_heads / spec.num_kv_heads;
-    let (heads_per_block, threads, shared_bytes) = match kernel {
+    let (heads_per_block, threads, shared_bytes, stages) = match kernel {
         KernelChoice::Pipelined => {
             let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
-            let threads = pipelined_threads(pipelined_dim_split(spec.head_dim));
-            (MMA_HEADS_PER_BLOCK, threads, pipelined_shared_bytes(spec.head_dim, kv_bytes))
+            let settings = settings()?;
+            let tile_keys = pipelined_tile_keys(spec.head_dim);
+            let threads = pipelined_threads(tile_keys, pipelined_dim_split(spec.head_dim));
+            let stages = match settings.pipe_stages {
+                0 => {
+                    choose_pipe_stages(module, kernel_name(spec, kernel), threads, spec.head_dim, kv_bytes, tile_keys)?
+                }
+                n => n,
+            };
+            let shared_bytes = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, stages);
+            ensure!(
+                shared_bytes <= module.max_shared_bytes_per_block,
+                "{PIPE_STAGES_ENV_VAR}={stages} needs {shared_bytes} bytes of shared memory per block; the device \
+                 allows {}",
+                module.max_shared_bytes_per_block
+            );
+            (MMA_HEADS_PER_BLOCK, threads, shared_bytes, stages)
         }
-        KernelChoice::TensorCore => (MMA_HEADS_PER_BLOCK, RPA_THREADS, mma_shared_bytes(spec.head_dim)),
-        _ => (HEADS_PER_BLOCK, RPA_THREADS, rpa_shared_bytes(spec.dims_per_lane())),
+        KernelChoice::TensorCore => (MMA_HEADS_PER_BLOCK, RPA_THREADS, mma_shared_bytes(spec.head_dim), 0),
+        _ => (HEADS_PER_BLOCK, RPA_THREADS, rpa_shared_bytes(spec.dims_per_lane()), 0),
     };
     let chunks = group.div_ceil(heads_per_block);
     let grid_y = spec.num_kv_heads * chunks;
@@ -710,10 +741,46 @@ fn plan_launch(
         name: kernel_name(spec, kernel),
         threads,
         shared_bytes,
+        stages,
         grid_y,
         splits,
         split_len,
     }))
+}
+
+/// K/V bytes in flight per SM that the pipelined kernel needs to stream at the copy bandwidth:
+/// the 16-bit head_dim-128 kernel's two blocks of 3 stages of 32 KiB (two tiles in flight each),
+/// measured at 97 % of it on an H100 (benchmarks/NOTES.md v3, v8).
+const PIPE_IN_FLIGHT_PER_SM: u64 = 128 * 1024;
+
+/// The pipelined kernel's stage count for a shape: the one giving the most resident blocks per SM
+/// among those keeping [`PIPE_IN_FLIGHT_PER_SM`] in flight (`blocks * (stages - 1)` stages), else
+/// the one keeping the most in flight; fewer stages on ties. fp8 KV's stages are half as large,
+/// so it takes more of them (5 at head_dim 128 on an H100, where 3 left half the bytes in flight).
+fn choose_pipe_stages(
+    module: &ContextModule,
+    name: &'static str,
+    threads: u32,
+    head_dim: u32,
+    kv_bytes: u32,
+    tile_keys: u32,
+) -> Result<u32> {
+    let stage = pipelined_stage_bytes(head_dim, kv_bytes, tile_keys) as u64;
+    let mut best: Option<(bool, u64, u32)> = None; // (reaches the target, blocks or bytes, stages)
+    for stages in 3..=PIPE_MAX_STAGES {
+        let shared = pipelined_shared_bytes(head_dim, kv_bytes, tile_keys, stages);
+        if shared > module.max_shared_bytes_per_block {
+            break;
+        }
+        let blocks = module.resident_blocks(name, threads, shared)? as u64;
+        let in_flight = blocks * (stages as u64 - 1) * stage;
+        let score =
+            if in_flight >= PIPE_IN_FLIGHT_PER_SM { (true, blocks, stages) } else { (false, in_flight, stages) };
+        if best.is_none_or(|b| (score.0, score.1) > (b.0, b.1)) {
+            best = Some(score);
+        }
+    }
+    Ok(best.map_or(3, |b| b.2))
 }
 
 /// Bytes of workspace a call of `spec` needs on CUDA device `ordinal` with the configured kernel
@@ -835,6 +902,7 @@ unsafe fn launch_direct(
     let settings = settings()?;
     let mut params = spec.kernel_params(l.splits, l.split_len);
     params.copy_hint = settings.copy_hint;
+    params.pipe_stages = l.stages;
     let (part_o, part_lse) = if l.splits > 1 {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)
