@@ -264,25 +264,33 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
     });
     sync_threads();
-    merge_warps_and_store(&ptr, &p, &blk, smem, RPA_WARPS as usize, HC, stride, RPA_THREADS as usize);
+    let states = WarpStates { smem, warps: RPA_WARPS as usize, rows: HC, stride };
+    merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
 }
 
-/// Final step of the attention kernels: each of `warps` (logical) warps, at most [`RPA_WARPS`], left
-/// `(m, l, acc[head_dim])` per query head of the chunk in shared memory, at
-/// `smem[(warp * rows + head) * stride]`; merge them (softmax-weighted) and write the output row,
-/// or the split's partial output and log-sum-exp. The block's `threads` threads share the work;
-/// the caller synchronizes the block before.
+/// Where the warps of a block left their states for [`merge_warps_and_store`]: `warps` (logical)
+/// warps, at most [`RPA_WARPS`], each `(m, l, acc[head_dim])` per query head of the chunk, at
+/// `smem[(warp * rows + head) * stride]`.
+#[derive(Clone, Copy)]
+pub(crate) struct WarpStates {
+    pub smem: *const f32,
+    pub warps: usize,
+    pub rows: usize,
+    pub stride: usize,
+}
+
+/// Final step of the attention kernels: merge the warps' states (softmax-weighted) and write the
+/// output row, or the split's partial output and log-sum-exp. The block's `threads` threads share
+/// the work; the caller synchronizes the block before.
 #[inline(always)]
 pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     ptr: &RpaPointers<Q, KV>,
     p: &RpaParams,
     blk: &Block,
-    smem: *const f32,
-    warps: usize,
-    rows: usize,
-    stride: usize,
+    states: WarpStates,
     threads: usize,
 ) {
+    let WarpStates { smem, warps, rows, stride } = states;
     let d = p.head_dim as usize;
     let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;

@@ -21,7 +21,8 @@ use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_any, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
 
 use super::paged_attention::{
-    attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, RPA_THREADS, RPA_WARPS,
+    attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, WarpStates, RPA_THREADS,
+    RPA_WARPS,
 };
 use super::unroll;
 
@@ -434,16 +435,8 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
     let smem = dynamic_shared_mem::<f32>();
     store_warp_state::<NTILES, false>(smem, d, warp as usize, 0, &m, &l, &o);
     sync_threads();
-    merge_warps_and_store(
-        &ptr,
-        &p,
-        &blk,
-        smem,
-        RPA_WARPS as usize,
-        MMA_HEADS_PER_BLOCK as usize,
-        2 + d,
-        RPA_THREADS as usize,
-    );
+    let states = WarpStates { smem, warps: RPA_WARPS as usize, rows: MMA_HEADS_PER_BLOCK as usize, stride: 2 + d };
+    merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
 }
 
 /// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.

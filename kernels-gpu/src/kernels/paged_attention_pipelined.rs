@@ -35,7 +35,7 @@ use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers};
+use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, WarpStates};
 use super::paged_attention_mma::{
     finish_logit, load_q_fragments, online_softmax_step, store_warp_state, MMA_HEADS_PER_BLOCK,
 };
@@ -480,16 +480,8 @@ unsafe fn rpa_pipelined_on<
         store_warp_state::<NTILES, false>(smem, D, key_group as usize, dim0, &m, &l, &o);
     }
     sync_threads();
-    merge_warps_and_store(
-        &ptr,
-        &p,
-        &blk,
-        smem,
-        key_groups as usize,
-        MMA_HEADS_PER_BLOCK as usize,
-        2 + D,
-        threads as usize,
-    );
+    let states = WarpStates { smem, warps: key_groups as usize, rows: MMA_HEADS_PER_BLOCK as usize, stride: 2 + D };
+    merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
 }
 
 /// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`.
