@@ -1,10 +1,11 @@
 //! Criterion benchmarks. On a machine with a CUDA GPU: simple_add against the device-to-device
 //! copy bandwidth, and ragged paged attention (Llama-3-8B geometry: 32 q heads, 8 KV heads,
 //! head_dim 128, bf16, page 16, random page order, KV pool >= 400 MB so L2 does not hold it),
-//! timed with CUDA events around back-to-back launches on one stream. Without a GPU: the CPU
+//! timed with CUDA events around back-to-back launches on one stream; fp8 (e4m3fn) KV, and the
+//! Gemma-2 geometry (16 q / 8 KV heads, head_dim 256, soft cap, window). Without a GPU: the CPU
 //! implementations (the Host handlers) on small problems.
 //!
-//! `cargo bench --bench kernels`; on the lent GPU machine `scripts/gpu_bench.sh` runs the staged
+//! `cargo bench --bench kernels`; on the lent GPU machine `scripts/gpu_check.sh` runs the staged
 //! binary and writes the result file under `benchmarks/results/`.
 
 use std::ffi::c_void;
@@ -100,12 +101,33 @@ fn spec(tokens: usize, seqs: usize, pages_per_seq: usize, total_pages: usize) ->
 }
 
 fn spec_kv(tokens: usize, seqs: usize, pages_per_seq: usize, total_pages: usize, kv_dtype: DType) -> PagedAttention {
+    let attrs = Attributes { sm_scale: (DIM as f32).powf(-0.5), ..Default::default() };
+    let geometry = Geometry { heads: HEADS, kv_heads: KV_HEADS, dim: DIM };
+    spec_with(geometry, tokens, seqs, pages_per_seq, total_pages, kv_dtype, attrs)
+}
+
+/// Query heads, KV heads, head_dim.
+#[derive(Clone, Copy)]
+struct Geometry {
+    heads: usize,
+    kv_heads: usize,
+    dim: usize,
+}
+
+fn spec_with(
+    g: Geometry,
+    tokens: usize,
+    seqs: usize,
+    pages_per_seq: usize,
+    total_pages: usize,
+    kv_dtype: DType,
+    attrs: Attributes,
+) -> PagedAttention {
     let null = std::ptr::null_mut();
-    let q = [tokens as i64, HEADS as i64, DIM as i64];
-    let kv = [total_pages as i64, PAGE as i64, 2 * KV_HEADS as i64, DIM as i64];
+    let q = [tokens as i64, g.heads as i64, g.dim as i64];
+    let kv = [total_pages as i64, PAGE as i64, 2 * g.kv_heads as i64, g.dim as i64];
     let (s, table, cu) = ([seqs as i64], [seqs as i64, pages_per_seq as i64], [seqs as i64 + 1]);
     let t = |dtype, dims| TensorRef { data: null, dtype, dims };
-    let attrs = Attributes { sm_scale: (DIM as f32).powf(-0.5), ..Default::default() };
     PagedAttention::from_tensors(
         &t(DType::BF16, &q),
         &t(kv_dtype, &kv),
@@ -263,6 +285,42 @@ fn bench_gpu(c: &mut Criterion, stream: &Arc<CudaStream>) {
             });
         }
     }
+    g.finish();
+    drop(kv8);
+
+    // Gemma-2 geometry (G4): 16 q / 8 KV heads, head_dim 256, soft cap 50, 4096-key window: the
+    // pipelined kernel's 32-key tiles; the window bounds the keys a decode row reads.
+    let g4 = Geometry { heads: 16, kv_heads: 8, dim: 256 };
+    let (b, ctx) = (32usize, 8192usize);
+    let tokens = b * ctx + 4096;
+    let kv: CudaSlice<u16> = stream.clone_htod(&random_bf16(&mut rng, tokens * 2 * g4.kv_heads * g4.dim)).unwrap();
+    let total_pages = tokens / PAGE;
+    let pages_per_seq = ctx / PAGE;
+    let mut order: Vec<i32> = (0..total_pages as i32).collect();
+    order.shuffle(&mut rng);
+    let table: Vec<i32> = order[..b * pages_per_seq].to_vec();
+    let cu: Vec<i32> = (0..=b as i32).collect();
+    let q: CudaSlice<u16> = stream.clone_htod(&random_bf16(&mut rng, b * g4.heads * g4.dim)).unwrap();
+    let out: CudaSlice<u16> = stream.alloc_zeros(b * g4.heads * g4.dim).unwrap();
+    let meta = Metadata::upload(stream, &vec![ctx as i32; b], &table, &cu);
+    let attrs = Attributes {
+        sm_scale: (g4.dim as f32).powf(-0.5),
+        soft_cap: Some(50.0),
+        sliding_window: Some(4096),
+        ..Default::default()
+    };
+    let op = spec_with(g4, b, b, pages_per_seq, total_pages, DType::BF16, attrs);
+    let bufs = meta.buffers(stream, &q, &kv, &out);
+    let mut g = c.benchmark_group("paged_attention_bf16_16q8kv_d256_p16_cap50_window4k");
+    // KV read: the window's 4096 keys of each row.
+    g.throughput(Throughput::Bytes((b * 4096 * 2 * g4.kv_heads * g4.dim * 2 + 2 * b * g4.heads * g4.dim * 2) as u64));
+    g.bench_function(BenchmarkId::new("pipelined", "decode_b32_ctx8k"), |bch| {
+        bch.iter_custom(|iters| {
+            time_gpu(stream, iters, || {
+                unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &op, bufs, KernelChoice::Pipelined) }.unwrap()
+            })
+        })
+    });
     g.finish();
 }
 

@@ -106,7 +106,8 @@ def torch_graph_us(torch, fn, calls=20, replays=20):
 
 def part_torch(res):
     import torch
-    import xla_gpu_kernels.torch  # noqa: F401  (registers the ops)
+    import xla_gpu_kernels.torch as xt  # registers the ops
+    res["torch_kernels"] = xt.KERNELS  # native (stable C ABI) or python (XGK_TORCH_KERNELS=python)
     sync = torch.cuda.synchronize
     a = torch.rand(1024, device="cuda")
     b = torch.rand(1024, device="cuda")
@@ -119,7 +120,7 @@ def part_torch(res):
     attn, _ = host_us_per_call(lambda: torch.ops.xla_gpu.paged_attention(*t, sm_scale=0.088), sync=sync)
     res["torch_per_call"] = {"simple_add_1024_us": ours, "torch_add_1024_us": ref, "simple_add_minus_add_us": ours - ref,
                              "paged_attention_tiny_decode_us": attn, "tiny_decode": "1 seq x 128 keys, 32/8 heads, d128"}
-    print(f"torch per call: simple_add {ours:.1f} us (torch.add {ref:.1f} us, +{ours - ref:.1f}), "
+    print(f"torch per call ({xt.KERNELS['CUDA']} kernels): simple_add {ours:.1f} us (torch.add {ref:.1f} us, +{ours - ref:.1f}), "
           f"paged_attention tiny decode {attn:.1f} us")
 
 

@@ -12,7 +12,8 @@
 //! | `xla_gpu_paged_attention_cuda`, `xla_gpu_paged_attention_host` | typed XLA FFI | same |
 //! | `XlaGpuSimpleAdd` | legacy, HLO api_version 1 (no status) | `register_ffi_target(..., api_version=0)` / torch_xla |
 //! | `XlaGpuSimpleAddStatus`, `XlaGpuPagedAttention` | legacy, HLO api_version 2 (status) | same |
-//! | `xgk_simple_add`, `xgk_paged_attention`, `xgk_paged_attention_workspace_bytes`, `xgk_launch_count`, `xgk_version` | plain C (torch ops and the JAX front end via ctypes) | — |
+//! | `xgk_simple_add`, `xgk_paged_attention`, `xgk_paged_attention_workspace_bytes`, `xgk_launch_count`, `xgk_version` | plain C (torch ops' fallback and the JAX front end via ctypes) | — |
+//! | `xgk_torch_register` | plain C: registers the torch ops' kernels through libtorch's stable C ABI | called by `xla_gpu_kernels.torch` |
 
 use std::ffi::{c_char, c_void};
 
@@ -185,6 +186,23 @@ pub unsafe extern "C" fn xgk_paged_attention_workspace_bytes(
     err_len: usize,
 ) -> i32 {
     host::capi::paged_attention_workspace_bytes(&KERNELS, device, tensors, attrs, bytes, err, err_len)
+}
+
+/// Registers the kernels of `torch.ops.xla_gpu.{simple_add, paged_attention}` (CPU, and CUDA when
+/// torch has it) with the libtorch loaded from the folder `torch_lib_dir`, through its stable C
+/// ABI; the schemas must be defined first. Writes the keys registered to `*keys` (1 = CPU,
+/// 2 = CUDA). Returns 0, or 2 with the message in `err` (libtorch without the stable ABI).
+///
+/// # Safety
+/// See `host::capi::torch_register`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xgk_torch_register(
+    torch_lib_dir: *const c_char,
+    keys: *mut u32,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    host::capi::torch_register(&KERNELS, torch_lib_dir, keys, err, err_len)
 }
 
 /// Kernels enqueued by the library so far in this process (a diagnostic: calls replayed from a

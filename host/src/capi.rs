@@ -237,3 +237,38 @@ pub unsafe fn paged_attention_workspace_bytes(
 pub unsafe fn reload_settings(err: *mut c_char, err_len: usize) -> i32 {
     c_call(err, err_len, || paged_attention::reload_settings().map(|_| ()))
 }
+
+/// Bit of [`torch_register`]'s `keys` for the CPU kernels.
+pub const TORCH_KEY_CPU: u32 = 1;
+/// Bit of [`torch_register`]'s `keys` for the CUDA kernels.
+pub const TORCH_KEY_CUDA: u32 = 2;
+
+/// Registers the torch ops' kernels with the libtorch loaded from `torch_lib_dir` (see
+/// [`crate::torch::register`]); writes the dispatch keys registered to `*keys`
+/// ([`TORCH_KEY_CPU`] | [`TORCH_KEY_CUDA`]).
+///
+/// # Safety
+/// `torch_lib_dir` is a NUL-terminated path; `keys` is writable; `err` as in [`simple_add`].
+pub unsafe fn torch_register(
+    kernels: &'static KernelModule,
+    torch_lib_dir: *const c_char,
+    keys: *mut u32,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    c_call(err, err_len, || {
+        if torch_lib_dir.is_null() || keys.is_null() {
+            return Err(Error::invalid("torch_register: torch_lib_dir and keys must not be null"));
+        }
+        let dir = std::ffi::CStr::from_ptr(torch_lib_dir).to_string_lossy().into_owned();
+        let registered = crate::torch::register(kernels, std::path::Path::new(&dir))?;
+        *keys = registered
+            .iter()
+            .map(|k| match *k {
+                "CPU" => TORCH_KEY_CPU,
+                _ => TORCH_KEY_CUDA,
+            })
+            .fold(0, |a, b| a | b);
+        Ok(())
+    })
+}

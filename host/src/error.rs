@@ -18,6 +18,9 @@ pub enum Error {
     /// A CUDA driver call failed.
     #[error("CUDA error in {call}: {code:?} ({message})")]
     Cuda { call: &'static str, code: CUresult, message: String },
+    /// A libtorch entry point failed or could not be found (the torch kernels' registration).
+    #[error("torch: {0}")]
+    Torch(String),
     /// A Rust panic was caught at an exported boundary (a bug: please report it).
     #[error("internal error (panic): {0}")]
     Panic(String),

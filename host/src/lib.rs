@@ -4,7 +4,10 @@
 //! - [`ops`]: each op's validation (static shapes, dtypes, attributes), its CUDA launch and its
 //!   CPU implementation;
 //! - [`xla`]: the XLA custom-call ABIs (typed FFI structs and handlers, legacy opaque and status);
-//! - [`capi`]: a plain C entry point per op for callers that are not XLA (the torch ops).
+//! - [`torch`]: the torch ops' kernels, registered with torch's dispatcher through libtorch's
+//!   stable C ABI;
+//! - [`capi`]: a plain C entry point per op for callers that are not XLA (the torch ops' Python
+//!   fallback, the JAX front end's queries) and the torch registration.
 //!
 //! The exported symbols themselves live in the root crate, which owns the embedded PTX.
 
@@ -13,6 +16,7 @@ pub mod dtype;
 pub mod error;
 pub mod ops;
 pub mod runtime;
+pub mod torch;
 pub mod xla;
 
 pub use dtype::DType;

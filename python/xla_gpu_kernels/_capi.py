@@ -62,6 +62,9 @@ def library() -> ctypes.CDLL:
                 lib.xgk_paged_attention_workspace_bytes.restype = ctypes.c_int32
                 lib.xgk_reload_settings.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
                 lib.xgk_reload_settings.restype = ctypes.c_int32
+                lib.xgk_torch_register.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_char_p,
+                                                   ctypes.c_size_t]
+                lib.xgk_torch_register.restype = ctypes.c_int32
                 lib.xgk_launch_count.argtypes = []
                 lib.xgk_launch_count.restype = ctypes.c_uint64
                 _signed.add(id(lib))
@@ -157,6 +160,18 @@ def _workspace_bytes(device, signature, attrs_key, generation):
     check(library().xgk_paged_attention_workspace_bytes(device, descs, ctypes.byref(a), ctypes.byref(out), err,
                                                         ERR_LEN), err)
     return int(out.value)
+
+
+TORCH_KEYS = {1: "CPU", 2: "CUDA"}
+
+
+def register_torch_kernels(torch_lib_dir: str) -> set:
+    """Registers the library's native kernels of ``torch.ops.xla_gpu.*`` with the libtorch loaded
+    from ``torch_lib_dir``; returns the dispatch keys registered ({"CPU", "CUDA"} or {"CPU"})."""
+    keys = ctypes.c_uint32(0)
+    err = ctypes.create_string_buffer(ERR_LEN)
+    check(library().xgk_torch_register(torch_lib_dir.encode(), ctypes.byref(keys), err, ERR_LEN), err)
+    return {name for bit, name in TORCH_KEYS.items() if keys.value & bit}
 
 
 def launch_count() -> int:

@@ -3,6 +3,9 @@
 Implementations (``torch.library``):
 - CUDA: our kernels, launched on torch's current stream of the tensors' device;
 - CPU: our Host (CPU) code;
+  both registered by the library itself through libtorch's stable C ABI (``KERNELS`` says
+  "native"), so a call runs no Python past torch's dispatcher; with ``XGK_TORCH_KERNELS=python``,
+  or a torch without that ABI, Python kernels calling the library's C API through ctypes;
 - XLA: the legacy custom call through torch_xla (``xla_gpu_kernels.torch_xla``), where torch_xla
   still supports CUDA custom calls (<= 2.8); otherwise a clear error;
 - fake: shapes only, so the ops trace under ``torch.compile``.
@@ -12,7 +15,9 @@ Implementations (``torch.library``):
 
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 
 import torch
 
@@ -186,10 +191,42 @@ def _paged_attention_cuda(*args, **kwargs):
     return _run_paged_attention(_capi.PLATFORM_CUDA, *args, **kwargs)
 
 
-torch.library.impl("xla_gpu::simple_add", "CPU")(_simple_add_cpu)
-torch.library.impl("xla_gpu::simple_add", "CUDA")(_simple_add_cuda)
-torch.library.impl("xla_gpu::paged_attention", "CPU")(_paged_attention_cpu)
-torch.library.impl("xla_gpu::paged_attention", "CUDA")(_paged_attention_cuda)
+_PYTHON_KERNELS = {
+    "CPU": {"simple_add": _simple_add_cpu, "paged_attention": _paged_attention_cpu},
+    "CUDA": {"simple_add": _simple_add_cuda, "paged_attention": _paged_attention_cuda},
+}
+
+
+def _register_kernels() -> dict:
+    """Registers the CPU and CUDA kernels; returns {dispatch key: "native" | "python"}.
+
+    Native kernels (the library's, registered through libtorch's stable C ABI) run with no Python
+    per call. ``XGK_TORCH_KERNELS=python`` selects the Python kernels (ctypes into the library's C
+    API) instead; they also serve where the native registration is unavailable (a torch without
+    the stable ABI: a warning says why) or the library is not found at import (its calls then
+    raise the library's FileNotFoundError).
+    """
+    native: set = set()
+    if os.environ.get("XGK_TORCH_KERNELS", "native") != "python":
+        try:
+            native = _capi.register_torch_kernels(os.path.join(os.path.dirname(torch.__file__), "lib"))
+        except FileNotFoundError:
+            pass
+        except RuntimeError as e:
+            warnings.warn(f"xla_gpu_kernels: native torch kernels unavailable, using the Python ones: {e}")
+    kinds = {}
+    for key, kernels in _PYTHON_KERNELS.items():
+        if key in native:
+            kinds[key] = "native"
+            continue
+        for name, fn in kernels.items():
+            torch.library.impl(f"xla_gpu::{name}", key)(fn)
+        kinds[key] = "python"
+    return kinds
+
+
+KERNELS = _register_kernels()
+"""How each dispatch key's kernels are implemented: ``{"CPU": "native", "CUDA": "native"}``."""
 
 
 @torch.library.impl("xla_gpu::simple_add", "XLA")

@@ -182,7 +182,7 @@ impl From<&Error> for ErrorCode {
     fn from(e: &Error) -> Self {
         match e {
             Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
-            Error::NoDriver | Error::Driver(_) => ErrorCode::FailedPrecondition,
+            Error::NoDriver | Error::Driver(_) | Error::Torch(_) => ErrorCode::FailedPrecondition,
             Error::Cuda { .. } | Error::Panic(_) => ErrorCode::Internal,
         }
     }

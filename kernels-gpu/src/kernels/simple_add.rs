@@ -1,31 +1,37 @@
 //! `out = a + b`, elementwise, for f32, f16 and bf16.
 //!
 //! Bandwidth-bound: each thread moves 16 bytes per operand per vector (4 f32 or 8 half values),
-//! four vectors per step, when the host says all three pointers are 16-byte aligned, in a
-//! grid-stride loop with one wave of resident blocks; the tail
+//! four vectors per step (a block's contiguous span), when the host says all three pointers are
+//! 16-byte aligned, in a grid-stride loop over spans with one wave of resident blocks; the tail
 //! (and misaligned buffers) go element by element. Halves are added in f32 and rounded once,
 //! which equals the correctly rounded half-precision sum.
 
 use super::{load_vec, store_vec, unroll};
 use crate::kernel;
 use crate::num::{Bf16, Element};
-use crate::thread::{grid_size_1d, index_1d};
+use crate::thread::{block_dim_x, block_idx_x, grid_size_1d, index_1d, thread_idx_x};
 
 #[inline(always)]
 unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: *mut T, n: u64, vector_ok: u32) {
     let stride = grid_size_1d();
     let mut done = 0u64;
     if vector_ok != 0 {
-        // UNROLL vectors per thread and step, all loads issued before the first add: more bytes
-        // in flight per thread than one vector at a time.
-        const UNROLL: usize = 4;
+        // Each step a block moves one contiguous span of UNROLL * blockDim vectors, its threads'
+        // UNROLL loads blockDim vectors apart and all issued before the first add: more bytes in
+        // flight per thread than one vector at a time, and each warp's loads within a few KiB
+        // (loads `stride` vectors apart, the grid-stride layout, read 2790 GB/s at 64 Mi f32
+        // against XLA's 2975: benchmarks/NOTES.md "simple_add").
+        const UNROLL: usize = SIMPLE_ADD_UNROLL;
         let vectors = n / V as u64;
-        let mut i = index_1d();
-        while i < vectors {
+        let block = block_dim_x() as u64;
+        let span = UNROLL as u64 * block;
+        let mut base = block_idx_x() as u64 * span + thread_idx_x() as u64;
+        let step = UNROLL as u64 * stride;
+        while base < vectors {
             let mut x = [[T::from_f32(0.0); V]; UNROLL];
             let mut y = x;
             unroll::<UNROLL>(|u| {
-                let j = i + u as u64 * stride;
+                let j = base + u as u64 * block;
                 if j < vectors {
                     let off = (j * V as u64) as usize;
                     x[u] = load_vec(a.add(off));
@@ -33,7 +39,7 @@ unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: 
                 }
             });
             unroll::<UNROLL>(|u| {
-                let j = i + u as u64 * stride;
+                let j = base + u as u64 * block;
                 if j < vectors {
                     let mut z = x[u];
                     for k in 0..V {
@@ -42,7 +48,7 @@ unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: 
                     store_vec(out.add((j * V as u64) as usize), z);
                 }
             });
-            i += UNROLL as u64 * stride;
+            base += step;
         }
         done = vectors * V as u64;
     }
@@ -53,6 +59,10 @@ unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: 
         i += stride;
     }
 }
+
+/// Vectors per thread and step of the vector path (a block's span is `SIMPLE_ADD_UNROLL *
+/// blockDim` vectors).
+pub const SIMPLE_ADD_UNROLL: usize = 4;
 
 /// Elements per thread and step for a 16-byte vector of `T`.
 pub const fn vector_width(elem_bytes: usize) -> usize {
