@@ -180,20 +180,14 @@ pub unsafe fn paged_attention(
                 kernels,
                 stream,
                 &op,
-                DeviceBuffers {
-                    q: ptrs[0],
-                    kv_pages: ptrs[1],
-                    kv_lens: ptrs[2],
-                    page_indices: ptrs[3],
-                    cu_q_lens: ptrs[4],
-                    num_seqs: ptrs[5],
-                    out: ptrs[6],
-                    workspace: if workspace_bytes == ALLOCATE_WORKSPACE {
+                DeviceBuffers::from_ordered(
+                    ptrs,
+                    if workspace_bytes == ALLOCATE_WORKSPACE {
                         Workspace::Allocate
                     } else {
                         Workspace::Given { ptr: workspace as u64, bytes: workspace_bytes }
                     },
-                },
+                ),
             ),
             PLATFORM_CPU => run_paged_attention_cpu(&op, ptrs),
             other => Err(Error::invalid(format!("unknown platform {other}"))),

@@ -318,16 +318,7 @@ impl TorchRuntime {
                     Some(w) => w.view(op, "workspace")?.data as u64,
                     None => 0,
                 };
-                let bufs = DeviceBuffers {
-                    q: ptrs[0],
-                    kv_pages: ptrs[1],
-                    kv_lens: ptrs[2],
-                    page_indices: ptrs[3],
-                    cu_q_lens: ptrs[4],
-                    num_seqs: ptrs[5],
-                    out: ptrs[6],
-                    workspace: Workspace::Given { ptr: workspace_ptr, bytes },
-                };
+                let bufs = DeviceBuffers::from_ordered(ptrs, Workspace::Given { ptr: workspace_ptr, bytes });
                 paged_attention::launch_cuda(self.kernels, self.current_stream(index)? as _, &spec, bufs)?;
             }
             Device::Cpu => run_paged_attention_cpu(&spec, ptrs)?,

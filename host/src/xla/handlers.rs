@@ -123,16 +123,7 @@ fn paged_attention_from_call<'a>(call: &Call<'a>) -> Result<(PagedAttention, [Te
 }
 
 fn device_buffers(t: &[*mut c_void; 7], workspace: Workspace) -> DeviceBuffers {
-    DeviceBuffers {
-        q: t[0],
-        kv_pages: t[1],
-        kv_lens: t[2],
-        page_indices: t[3],
-        cu_q_lens: t[4],
-        num_seqs: t[5],
-        out: t[6],
-        workspace,
-    }
+    DeviceBuffers::from_ordered(*t, workspace)
 }
 
 /// Typed FFI handler body of `xla_gpu_paged_attention` on CUDA.

@@ -38,6 +38,15 @@ pub struct DeviceBuffers {
     pub workspace: Workspace,
 }
 
+impl DeviceBuffers {
+    /// From the 7 buffers in the op's order (q, kv_pages, kv_lens, page_indices, cu_q_lens,
+    /// num_seqs, out) and the call's workspace.
+    pub fn from_ordered(t: [*mut c_void; 7], workspace: Workspace) -> Self {
+        let [q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, out] = t;
+        DeviceBuffers { q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, out, workspace }
+    }
+}
+
 /// Fewest keys a split should hold: below this the merge costs more than the parallelism gains.
 const MIN_KEYS_PER_SPLIT: u32 = 128;
 /// Upper bound on splits (bounds the scratch buffer).
