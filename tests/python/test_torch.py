@@ -2,6 +2,10 @@
 current stream (marked `gpu`), against torch's own add and JAX's `ref_ragged_paged_attention`;
 `torch.compile` tracing through the fake implementations; the torch_xla front end's errors."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -29,6 +33,28 @@ def jax_reference(args, attrs):
 
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def test_native_kernels_are_the_ones_registered():
+    """The tests here exercise the library's native kernels (libtorch's stable C ABI), not the
+    Python fallback, unless XGK_TORCH_KERNELS=python asks for it: a failed registration would
+    otherwise fall back and pass unnoticed."""
+    want = "python" if os.environ.get("XGK_TORCH_KERNELS") == "python" else "native"
+    assert xt.KERNELS["CPU"] == want
+    if torch.cuda.is_available() or torch.backends.cuda.is_built():
+        assert xt.KERNELS["CUDA"] == want
+
+
+def test_python_kernels_on_request():
+    """XGK_TORCH_KERNELS=python registers the Python kernels (ctypes into the C API): same results."""
+    code = ("import torch, xla_gpu_kernels.torch as xt; a = torch.arange(5.0); "
+            "assert xt.KERNELS == {'CPU': 'python', 'CUDA': 'python'}, xt.KERNELS; "
+            "assert torch.equal(torch.ops.xla_gpu.simple_add(a, a), a + a); print('ok')")
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(xt.__file__)))
+    env = dict(os.environ, XGK_TORCH_KERNELS="python",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("device", DEVICES)

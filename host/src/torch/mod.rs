@@ -152,3 +152,18 @@ impl TorchRuntime {
         self.dtypes.iter().find(|(_, d)| *d == dtype).map(|(c, _)| *c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without libtorch (a JAX-only machine, a wrong folder) registration is an error naming the
+    /// library, never a crash; the Python front end then keeps its own kernels.
+    #[test]
+    fn register_without_libtorch_is_an_error_naming_the_library() {
+        static KERNELS: KernelModule = KernelModule::new(&[]);
+        let err = register(&KERNELS, Path::new("/nonexistent/torch/lib")).unwrap_err();
+        assert!(matches!(err, Error::Torch(_)), "{err:?}");
+        assert!(err.to_string().contains("libtorch_cpu.so"), "{err}");
+    }
+}
