@@ -381,7 +381,7 @@ def from_jax(x):
 
 
 def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge_cost_keys="", schedule="",
-                  persistent="", stages=""):
+                  persistent="", stages="", cluster=""):
     """Sets the variant for the calls that follow (the library reads these once, and again on
     `reload_settings`)."""
     from xla_gpu_kernels import _capi
@@ -392,6 +392,7 @@ def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge
     os.environ["XGK_WS_SCHEDULE"] = schedule
     os.environ["XGK_WS_PERSISTENT"] = persistent
     os.environ["XGK_RPA_STAGES"] = stages
+    os.environ["XGK_RPA_CLUSTER_MERGE"] = cluster
     _capi.reload_settings()
 
 
@@ -404,14 +405,15 @@ class Ours:
     keys (`XGK_RPA_MERGE_COST_KEYS`), `pp<N>` for the warp-specialized kernel's consumer schedule
     (`XGK_WS_SCHEDULE`: 0 free, 1 ping-pong), `ps<N>` for its persistent blocks (`XGK_WS_PERSISTENT`:
     0 one per pair, 1 snake order, 2 dynamic), `st<N>` for the pipelined kernel's K/V stages
-    (`XGK_RPA_STAGES`, 2-8). Example: `auto:ms1:nopdl`."""
+    (`XGK_RPA_STAGES`, 2-8), `cl<N>` for the cluster merge of the splits (`XGK_RPA_CLUSTER_MERGE`:
+    0 off, 1 on). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, *options = variant.split(":")
         self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "1", True, "", ""  # defaults
-        self.schedule, self.persistent, self.stages = "", "", ""
+        self.schedule, self.persistent, self.stages, self.cluster = "", "", "", ""
         for opt in options:
             if opt == "nopdl":
                 self.programmatic = False
@@ -427,13 +429,15 @@ class Ours:
                 self.persistent = opt[2:]
             elif opt.startswith("st") and opt[2:].isdigit():
                 self.stages = opt[2:]
+            elif opt.startswith("cl") and opt[2:].isdigit():
+                self.cluster = opt[2:]
             else:
-                raise SystemExit(
-                    f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, ps<N>, st<N>)")
+                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, "
+                                 "ps<N>, st<N>, cl<N>)")
 
     def select(self):
         select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys,
-                      self.schedule, self.persistent, self.stages)
+                      self.schedule, self.persistent, self.stages, self.cluster)
 
     def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)

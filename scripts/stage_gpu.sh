@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, everything the GPU machine runs, into the git-ignored .gpu/:
 # the release .so, the GPU test binary and the benchmark binary. The lent GPU machine has no Rust.
+# Also packs them into .carry/gpu.tar.xz for the device tool's `carry` (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu && mkdir -p .gpu/bin
@@ -12,4 +13,9 @@ for target in "--test gpu" "--test soak" "--bench kernels" "--bench host_overhea
         | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')
   cp "$exe" ".gpu/bin/$(echo $target | awk '{print $2}')"
 done
-ls -la .gpu .gpu/bin
+# The device machine takes at most 64 MiB of working tree: strip the binaries (each embeds the
+# PTX images, ~17 MB) and pack them (PTX compresses ~15x) into .carry/gpu.tar.xz, the path to
+# `carry`; there, `tar -xJf .carry/gpu.tar.xz` restores .gpu/.
+strip .gpu/bin/* .gpu/libxla_gpu_kernels.so
+mkdir -p .carry && tar -cJf .carry/gpu.tar.xz .gpu
+ls -la .gpu .gpu/bin .carry

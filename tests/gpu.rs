@@ -14,7 +14,8 @@ use kernels_gpu::kernels::paged_attention_pipelined::{pipelined_shared_bytes, pi
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
     launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_ws_applies,
-    workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, CLUSTER_MERGE_ENV_VAR, MERGE_COST_KEYS_ENV_VAR,
+    PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -395,6 +396,66 @@ fn pipelined_stage_counts_match_cpu() {
     }
     println!("{runs} (stage count, case) runs passed");
     assert!(runs >= 33, "every 16-bit and fp8 case at every stage count from 2 to 8");
+}
+
+/// The pipelined kernel's two ways of merging its splits give the CPU's answer: in thread-block
+/// clusters through distributed shared memory (sm_90 image; forced by pricing the merge kernel
+/// out of the split model, and checked to be taken: such a plan needs no workspace) and through
+/// partials in global memory and the merge kernel (`XGK_RPA_CLUSTER_MERGE=0`, and the portable
+/// image). Split counts 2 to 16, 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA and MQA groups,
+/// windows and soft caps, two calls back to back on the same buffers. Small enough for the
+/// sanitizers (scripts/gpu_check.sh).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pipelined_cluster_and_kernel_merges_match_cpu() {
+    let stream = gpu();
+    let mut rng = StdRng::from_entropy();
+    let mut cases = Vec::new();
+    for i in 0..12 {
+        let (q_dtype, kv_dtype, head_dim) = match i % 4 {
+            0 => (DType::BF16, DType::BF16, 128),
+            1 => (DType::F16, DType::F16, 64),
+            2 => (DType::BF16, DType::F8E4M3FN, 128),
+            _ => (DType::BF16, DType::BF16, 256),
+        };
+        let (nkv, group) = [(2, 4), (1, 8), (4, 1), (1, 32)][i % 4];
+        // One long sequence (splits up to 16) beside shorter ones (splits past their end).
+        let seqs = vec![(1, rng.gen_range(1500..4000)), (1, rng.gen_range(1..300)), (1, 64 * (i + 1))];
+        let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, [16, 8, 32][i % 3], &seqs, i % 2);
+        match i % 3 {
+            1 => case.sliding_window = Some(rng.gen_range(50..2000)),
+            2 => case.soft_cap = Some(30.0),
+            _ => {}
+        }
+        cases.push(case);
+    }
+    let wants: Vec<_> = cases.iter().map(|c| c.cpu_output()).collect();
+    let hopper = KERNELS.for_device(0).unwrap().image.has_clusters();
+    let mut clustered = 0;
+    for (cluster, merge_cost) in [("1", "65536"), ("1", ""), ("0", "")] {
+        with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {
+            with_setting(MERGE_COST_KEYS_ENV_VAR, merge_cost, || {
+                for (i, case) in cases.iter().enumerate() {
+                    let label = format!("cluster merge {cluster}, merge cost {merge_cost:?}, case {i}");
+                    let workspace = workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Pipelined).unwrap();
+                    if cluster == "0" || !hopper {
+                        assert!(workspace > 0, "{label}: the merge kernel's partials need a workspace");
+                    } else if merge_cost == "65536" {
+                        assert_eq!(workspace, 0, "{label}: splits merged in clusters need no workspace");
+                        clustered += 1;
+                    }
+                    let got = run_gpu_on(&KERNELS, &stream, case, KernelChoice::Pipelined, WorkspaceMode::Exact, 2);
+                    compare(case, &got, &wants[i], &label);
+                }
+            })
+        });
+    }
+    for case in &cases[..4] {
+        let got = run_gpu_on(portable_kernels(), &stream, case, KernelChoice::Pipelined, WorkspaceMode::Exact, 1);
+        compare(case, &got, &case.cpu_output(), "portable image");
+    }
+    println!("cluster-merged cases: {clustered} (Hopper: {hopper})");
+    assert!(!hopper || clustered == cases.len());
 }
 
 /// Short contexts only, every variant of the pipelined kernel: small enough to run under

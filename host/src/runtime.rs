@@ -24,7 +24,7 @@ pub use cudarc::driver::sys::CUstream as Stream;
 /// Every driver entry point the library calls (through cudarc, which looks each up on first use
 /// and panics when one is missing): checked once, up front, so an older or partial driver is a
 /// clear error rather than a caught panic in the middle of a launch.
-const REQUIRED_ENTRY_POINTS: [&str; 21] = [
+const REQUIRED_ENTRY_POINTS: [&str; 22] = [
     "cuInit",
     "cuGetErrorString",
     "cuGetErrorName",
@@ -41,6 +41,7 @@ const REQUIRED_ENTRY_POINTS: [&str; 21] = [
     "cuModuleGetFunction",
     "cuFuncSetAttribute",
     "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuOccupancyMaxActiveClusters",
     "cuLaunchKernel",
     "cuLaunchKernelEx",
     "cuMemAllocAsync",
@@ -117,6 +118,12 @@ impl PtxImage {
         self.target().is_some_and(|(target, _)| target >= 90)
     }
 
+    /// Whether the image has the thread-block cluster instructions (distributed shared memory,
+    /// cluster barriers): sm_90 and newer, as [`Self::has_grid_dependency_control`].
+    pub fn has_clusters(&self) -> bool {
+        self.has_grid_dependency_control()
+    }
+
     /// Whether the image has the warpgroup-MMA kernels (`wgmma`, an sm_90a-only instruction).
     pub fn has_wgmma(&self) -> bool {
         self.target() == Some((90, true))
@@ -154,6 +161,9 @@ pub struct KernelModule {
     contexts: Mutex<Vec<(u64, Arc<ContextModule>)>>,
 }
 
+/// A cluster shape of a kernel's blocks: (kernel, threads, dynamic shared bytes, blocks).
+type ClusterKey = (&'static str, u32, u32, u32);
+
 /// The PTX image loaded into one context, with the per-device facts launches need.
 pub struct ContextModule {
     context: CUcontext,
@@ -162,6 +172,8 @@ pub struct ContextModule {
     functions: Mutex<HashMap<&'static str, (usize, u32)>>,
     /// Resident blocks per multiprocessor, by (kernel, threads, dynamic shared bytes).
     occupancy: Mutex<HashMap<(&'static str, u32, u32), u32>>,
+    /// [`ContextModule::cluster_fits`] by (kernel, threads, shared bytes, cluster size).
+    cluster_occupancy: Mutex<HashMap<ClusterKey, bool>>,
     /// Streaming multiprocessors of the context's device (sizes split-KV grids).
     pub multiprocessors: u32,
     /// Compute capability as `major * 10 + minor`.
@@ -267,6 +279,7 @@ impl KernelModule {
             module,
             functions: Mutex::new(HashMap::new()),
             occupancy: Mutex::new(HashMap::new()),
+            cluster_occupancy: Mutex::new(HashMap::new()),
             multiprocessors,
             compute_capability: cc,
             max_shared_bytes_per_block,
@@ -408,31 +421,39 @@ impl ContextModule {
         args: &mut [*mut c_void],
         programmatic: bool,
     ) -> Result<()> {
+        // SAFETY: as the caller promised; no cluster.
+        unsafe { self.launch_in_clusters(stream, kernel, cfg, 1, args, programmatic) }
+    }
+
+    /// [`Self::launch`] with the grid's blocks in clusters of `cluster_z` consecutive z indices
+    /// (1: no clusters). A kernel launched with clusters needs no fallback: a launch the driver
+    /// refuses is an error.
+    ///
+    /// # Safety
+    /// As [`Self::launch`]; with `cluster_z > 1`, the image must have clusters
+    /// ([`PtxImage::has_clusters`]), the grid's z a multiple of `cluster_z`, and a cluster of that
+    /// size must fit the device ([`Self::cluster_fits`] said so for this kernel and block).
+    pub unsafe fn launch_in_clusters(
+        &self,
+        stream: CUstream,
+        kernel: &'static str,
+        cfg: LaunchConfig,
+        cluster_z: u32,
+        args: &mut [*mut c_void],
+        programmatic: bool,
+    ) -> Result<()> {
         let f = self.function_with_shared(kernel, cfg.shared_bytes)?;
         let _guard = ContextGuard::push(self.context)?;
-        if programmatic && self.programmatic_launch {
-            // SAFETY: a plain C struct (an id and a union of integers) for which zero is valid.
-            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attribute.value.programmaticStreamSerializationAllowed = 1;
-            let config = sys::CUlaunchConfig {
-                gridDimX: cfg.grid.0,
-                gridDimY: cfg.grid.1,
-                gridDimZ: cfg.grid.2,
-                blockDimX: cfg.block.0,
-                blockDimY: cfg.block.1,
-                blockDimZ: cfg.block.2,
-                sharedMemBytes: cfg.shared_bytes,
-                hStream: stream,
-                attrs: &mut attribute,
-                numAttrs: 1,
-            };
-            // SAFETY: `config` and `attribute` outlive the call; the arguments as the caller promised.
+        let programmatic = programmatic && self.programmatic_launch;
+        if programmatic || cluster_z > 1 {
+            let mut attributes = LaunchAttributes::new(programmatic, cluster_z);
+            let config = attributes.config(&cfg, stream);
+            // SAFETY: `config` and `attributes` outlive the call; the arguments as the caller promised.
             match unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }.result() {
                 Ok(()) => {}
-                // A driver or capture mode that refuses the attribute: the launch without it is
-                // still correct (the kernel's wait returns at once).
-                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_SUPPORTED => {
+                // A driver or capture mode that refuses programmatic launch: the launch without
+                // it is still correct (the kernel's wait returns at once).
+                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_SUPPORTED && cluster_z <= 1 => {
                     cu::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream, args)
                         .map_err(|e| Error::cuda("cuLaunchKernel", e))?
                 }
@@ -444,6 +465,44 @@ impl ContextModule {
         }
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether clusters of `size` blocks of `kernel` (with `threads` threads and `shared_bytes`
+    /// of dynamic shared memory each) can be scheduled on the device
+    /// (`cuOccupancyMaxActiveClusters` of a grid of one such cluster). Sizes above 8 (Hopper's
+    /// non-portable ones) are allowed for the kernel first. Cached per (kernel, block, size).
+    pub fn cluster_fits(&self, kernel: &'static str, threads: u32, shared_bytes: u32, size: u32) -> Result<bool> {
+        let key = (kernel, threads, shared_bytes, size);
+        if let Some(&fits) = self.cluster_occupancy.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(fits);
+        }
+        let f = self.function_with_shared(kernel, shared_bytes)?;
+        let _guard = ContextGuard::push(self.context)?;
+        if size > 8 {
+            // SAFETY: `f` is a live function of this context.
+            unsafe {
+                cu::function::set_function_attribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                    1,
+                )
+            }
+            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))?;
+        }
+        let mut attributes = LaunchAttributes::new(false, size);
+        let cfg = LaunchConfig { grid: (1, 1, size), block: (threads, 1, 1), shared_bytes };
+        let config = attributes.config(&cfg, std::ptr::null_mut());
+        let mut clusters = 0i32;
+        // SAFETY: out-pointer to a local; `config` and its attributes outlive the call.
+        let fits = match unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f, &config) }.result() {
+            Ok(()) => clusters > 0,
+            // A cluster shape the device cannot take (too large, too much shared memory).
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_CLUSTER_SIZE => false,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_VALUE => false,
+            Err(e) => return Err(Error::cuda("cuOccupancyMaxActiveClusters", e)),
+        };
+        self.cluster_occupancy.lock().unwrap_or_else(|e| e.into_inner()).insert(key, fits);
+        Ok(fits)
     }
 
     /// Stream-ordered scratch memory (`cuMemAllocAsync`), freed by [`Scratch::free`] on the same
@@ -497,6 +556,53 @@ pub struct LaunchConfig {
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
     pub shared_bytes: u32,
+}
+
+/// The launch attributes of a launch: programmatic stream serialization and a cluster shape of
+/// `(1, 1, cluster_z)` blocks, each where asked for; the first `n` of the array are in use (an
+/// array: no allocation per launch).
+struct LaunchAttributes {
+    array: [sys::CUlaunchAttribute; 2],
+    n: usize,
+}
+
+impl LaunchAttributes {
+    fn new(programmatic: bool, cluster_z: u32) -> Self {
+        // SAFETY: plain C structs (an id and a union of integers) for which zero is valid.
+        let mut this = LaunchAttributes { array: unsafe { std::mem::zeroed() }, n: 0 };
+        if programmatic {
+            let a = &mut this.array[this.n];
+            a.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            a.value.programmaticStreamSerializationAllowed = 1;
+            this.n += 1;
+        }
+        if cluster_z > 1 {
+            let a = &mut this.array[this.n];
+            a.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            a.value.clusterDim.x = 1;
+            a.value.clusterDim.y = 1;
+            a.value.clusterDim.z = cluster_z;
+            this.n += 1;
+        }
+        this
+    }
+
+    /// `cuLaunchKernelEx`'s configuration of `cfg` on `stream` with these attributes (borrowed:
+    /// the configuration must not outlive them).
+    fn config(&mut self, cfg: &LaunchConfig, stream: CUstream) -> sys::CUlaunchConfig {
+        sys::CUlaunchConfig {
+            gridDimX: cfg.grid.0,
+            gridDimY: cfg.grid.1,
+            gridDimZ: cfg.grid.2,
+            blockDimX: cfg.block.0,
+            blockDimY: cfg.block.1,
+            blockDimZ: cfg.block.2,
+            sharedMemBytes: cfg.shared_bytes,
+            hStream: stream,
+            attrs: self.array.as_mut_ptr(),
+            numAttrs: self.n as u32,
+        }
+    }
 }
 
 /// The context that owns `stream` (the current context for the legacy NULL stream).

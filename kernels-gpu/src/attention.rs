@@ -55,6 +55,10 @@ pub struct RpaParams {
     /// [`PIPE_MAX_STAGES`](crate::kernels::paged_attention_pipelined::PIPE_MAX_STAGES)); 0 for
     /// the other kernels.
     pub pipe_stages: u32,
+    /// Nonzero: the `num_splits` (2 to 16) blocks of each (row, head chunk) are one thread-block
+    /// cluster and merge their splits through distributed shared memory (the pipelined kernel on
+    /// the sm_90 image); 0: partials in global memory and the merge kernel.
+    pub cluster_splits: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

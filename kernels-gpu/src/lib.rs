@@ -24,6 +24,7 @@ pub use kernels_gpu_macros::kernel;
 
 pub mod attention;
 pub mod barrier;
+pub mod cluster;
 pub mod copy;
 pub mod fp8;
 pub mod grid_dependency;

@@ -11,8 +11,9 @@
 //! - each warp keeps an online softmax (running max, sum, accumulator) per head; warps merge
 //!   through shared memory at the end;
 //! - long contexts are split over `gridDim.z` (`num_splits`); every split writes a normalized
-//!   partial output and its log-sum-exp, and [`rpa_combine`] merges them. With one split the
-//!   block writes the output directly.
+//!   partial output and its log-sum-exp, and [`rpa_combine`] merges them; or, when the splits
+//!   run as one thread-block cluster (the pipelined kernel on sm_90), the blocks merge them
+//!   through distributed shared memory. With one split the block writes the output directly.
 //!
 //! Invalid metadata is resolved by [`crate::attention`] (never an out-of-bounds access): every
 //! global index below is bounded by the static shapes in [`RpaParams`].
@@ -264,7 +265,7 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
     });
     sync_threads();
-    let states = WarpStates { smem, warps: RPA_WARPS as usize, rows: HC, stride };
+    let states = WarpStates { smem, warps: RPA_WARPS as usize, rows: HC, stride, cluster_area: core::ptr::null_mut() };
     merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
 }
 
@@ -277,6 +278,10 @@ pub(crate) struct WarpStates {
     pub warps: usize,
     pub rows: usize,
     pub stride: usize,
+    /// Shared memory for this block's split partial when the splits merge in a cluster
+    /// (`RpaParams::cluster_splits`): `rows * (head_dim + 1)` floats apart from the states. Null
+    /// for the kernels the host never launches in clusters.
+    pub cluster_area: *mut f32,
 }
 
 /// Final step of the attention kernels: merge the warps' states (softmax-weighted) and write the
@@ -290,8 +295,11 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     states: WarpStates,
     threads: usize,
 ) {
-    let WarpStates { smem, warps, rows, stride } = states;
+    let WarpStates { smem, warps, rows, stride, cluster_area } = states;
     let d = p.head_dim as usize;
+    // The host sets `cluster_splits` only for the kernel that passes a cluster area (a null area
+    // is a constant of the others: the cluster code is compiled out of them).
+    let in_cluster = p.num_splits > 1 && p.cluster_splits != 0 && !cluster_area.is_null();
     let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;
     while idx < total {
@@ -319,17 +327,90 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
         let o = if l_all > 0.0 { o_all / l_all } else { 0.0 };
         let h = blk.h0 as usize + hh;
         let t = blk.t as usize;
+        let lse = || if l_all > 0.0 { m_all + ln_approx(l_all) } else { f32::NEG_INFINITY };
         if p.num_splits <= 1 {
             *ptr.out.add((t * p.num_q_heads as usize + h) * d + dim) = Q::from_f32(o);
+        } else if in_cluster {
+            *cluster_area.add(hh * (d + 1) + dim) = o;
+            if dim == 0 {
+                *cluster_area.add(hh * (d + 1) + d) = lse();
+            }
         } else {
             let row = (blk.split as usize * p.max_tokens as usize + t) * p.num_q_heads as usize + h;
             *ptr.part_o.add(row * d + dim) = o;
             if dim == 0 {
-                *ptr.part_lse.add(row) = if l_all > 0.0 { m_all + ln_approx(l_all) } else { f32::NEG_INFINITY };
+                *ptr.part_lse.add(row) = lse();
             }
         }
         idx += threads;
     }
+    if in_cluster {
+        merge_cluster_splits(ptr, p, blk, cluster_area, threads);
+    }
+}
+
+/// Most splits one cluster merges: the non-portable cluster size of Hopper (the host enables it
+/// per kernel and checks that a cluster of the launch's blocks fits a GPC).
+pub const MAX_CLUSTER_SPLITS: u32 = 16;
+
+/// Merges the splits of one (row, head chunk) whose blocks form one thread-block cluster (grid
+/// z = the splits = the cluster), instead of [`rpa_combine`] over partials in global memory: no
+/// second kernel, no partials leaving the chip. Every block has left its split's normalized
+/// output and log-sum-exp in `area` (per head of the chunk: `head_dim` outputs, then the lse);
+/// after a cluster barrier each block merges its share of the chunk's output elements, reading
+/// every split's partial from its block's shared memory; a second barrier keeps each block's
+/// shared memory alive until its peers have read it. The same arithmetic as [`rpa_combine`].
+#[inline(always)]
+unsafe fn merge_cluster_splits<Q: Element, KV>(
+    ptr: &RpaPointers<Q, KV>,
+    p: &RpaParams,
+    blk: &Block,
+    area: *const f32,
+    threads: usize,
+) {
+    crate::cluster::sync();
+    let d = p.head_dim as usize;
+    let splits = (p.num_splits as usize).min(MAX_CLUSTER_SPLITS as usize);
+    // Each split's area in its block's shared memory (a block's window of the cluster's shared
+    // address space is contiguous: offsets add to its mapped base).
+    let local = crate::shared::shared_address(area);
+    let mut peer = [0u32; MAX_CLUSTER_SPLITS as usize];
+    unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| {
+        if s < splits {
+            peer[s] = crate::cluster::map_shared(local, s as u32);
+        }
+    });
+    let at = |s: usize, i: usize| crate::cluster::load_shared_f32(peer[s] + 4 * i as u32);
+    let total = blk.hc * d;
+    let mut idx = crate::cluster::rank() as usize * threads + thread_idx_x() as usize;
+    while idx < total {
+        let (hh, dim) = (idx / d, idx % d);
+        // Every split's lse and output, loaded together (unrolled over the most splits).
+        let mut lse = [f32::NEG_INFINITY; MAX_CLUSTER_SPLITS as usize];
+        let mut part = [0.0f32; MAX_CLUSTER_SPLITS as usize];
+        unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| {
+            if s < splits {
+                lse[s] = at(s, hh * (d + 1) + d);
+                part[s] = at(s, hh * (d + 1) + dim);
+            }
+        });
+        let mut m_all = f32::NEG_INFINITY;
+        unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| m_all = max_f32(m_all, lse[s]));
+        let (mut o, mut wsum) = (0.0f32, 0.0f32);
+        if m_all != f32::NEG_INFINITY {
+            unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| {
+                if lse[s] != f32::NEG_INFINITY {
+                    let w = exp2_approx((lse[s] - m_all) * LOG2_E);
+                    wsum += w;
+                    o += w * part[s];
+                }
+            });
+        }
+        let row = blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + hh;
+        *ptr.out.add(row * d + dim) = Q::from_f32(if wsum > 0.0 { o / wsum } else { 0.0 });
+        idx += splits * threads;
+    }
+    crate::cluster::sync();
 }
 
 /// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their

@@ -435,7 +435,13 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
     let smem = dynamic_shared_mem::<f32>();
     store_warp_state::<NTILES, false>(smem, d, warp as usize, 0, &m, &l, &o);
     sync_threads();
-    let states = WarpStates { smem, warps: RPA_WARPS as usize, rows: MMA_HEADS_PER_BLOCK as usize, stride: 2 + d };
+    let states = WarpStates {
+        smem,
+        warps: RPA_WARPS as usize,
+        rows: MMA_HEADS_PER_BLOCK as usize,
+        stride: 2 + d,
+        cluster_area: core::ptr::null_mut(),
+    };
     merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
 }
 

@@ -19,6 +19,8 @@
 //!   `ldmatrix` reads hit eight different bank groups;
 //! - one block barrier per tile: after it, the tile's copies from every thread are visible and
 //!   every warp is done with the stage the next copies overwrite;
+//! - on the sm_90 image, up to 16 splits of a (row, KV head) run as one thread-block cluster and
+//!   merge through distributed shared memory (`RpaParams::cluster_splits`), with no merge kernel;
 //! - fp8 KV moves half the bytes: the stage holds the raw bytes, and each warp widens its 16 keys
 //!   (exactly: every fp8 value is a bf16 and an f16) into its own permuted 16-bit area before the
 //!   `ldmatrix` reads. `k_scale` multiplies the logits and `v_scale` the output, in f32, instead of
@@ -88,12 +90,18 @@ pub const fn pipelined_stage_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32)
     2 * tile_keys * head_dim * kv_bytes
 }
 
+/// Floats of the final warp merge's states (one `(m, l, acc)` row per key group and head), at
+/// the start of the shared memory; the split's partial for a cluster merge follows them.
+const fn pipelined_warp_state_floats(head_dim: u32, tile_keys: u32) -> u32 {
+    tile_keys / 16 * MMA_HEADS_PER_BLOCK * (2 + head_dim)
+}
+
 /// Dynamic shared memory of the pipelined kernel with `stages` stages of `tile_keys` keys,
-/// reused by the final warp merge.
+/// reused at the end by the warp merge's states and the split's partial for a cluster merge
+/// (`head_dim + 1` floats per head).
 pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32, stages: u32) -> u32 {
-    let key_groups = tile_keys / 16;
     let pipeline = stages * pipelined_stage_bytes(head_dim, kv_bytes, tile_keys);
-    let merge = key_groups * MMA_HEADS_PER_BLOCK * (2 + head_dim) * 4;
+    let merge = (pipelined_warp_state_floats(head_dim, tile_keys) + MMA_HEADS_PER_BLOCK * (head_dim + 1)) * 4;
     if pipeline > merge {
         pipeline
     } else {
@@ -480,7 +488,13 @@ unsafe fn rpa_pipelined_on<
         store_warp_state::<NTILES, false>(smem, D, key_group as usize, dim0, &m, &l, &o);
     }
     sync_threads();
-    let states = WarpStates { smem, warps: key_groups as usize, rows: MMA_HEADS_PER_BLOCK as usize, stride: 2 + D };
+    let states = WarpStates {
+        smem,
+        warps: key_groups as usize,
+        rows: MMA_HEADS_PER_BLOCK as usize,
+        stride: 2 + D,
+        cluster_area: smem.add(pipelined_warp_state_floats(D as u32, tile) as usize),
+    };
     merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
 }
 

@@ -2,7 +2,9 @@
 
 use std::ffi::c_void;
 
-use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
+use kernels_gpu::kernels::paged_attention::{
+    rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS, RPA_THREADS, RPA_WARPS,
+};
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_stage_bytes, pipelined_supports, pipelined_threads,
@@ -87,41 +89,64 @@ const MERGE_COST_PER_SPLIT_KEYS: u64 = 6;
 /// the shortest chains the model's merge cost allows.
 pub const DEFAULT_MIN_SPLIT_TILES: u32 = 1;
 
+/// The cluster merge's fixed cost, in keys of streaming: a cluster barrier and reads of the
+/// peers' shared memory in place of a second kernel and a round trip of the partials through
+/// global memory (benchmarks/NOTES.md "v9").
+const CLUSTER_MERGE_COST_KEYS: u64 = 16;
+/// The cluster merge's cost per split, in keys: one more peer's partial read by every block.
+const CLUSTER_MERGE_COST_PER_SPLIT_KEYS: u64 = 2;
+
+/// Splits of the pipelined kernel: how many, keys per split, and whether the splits merge in a
+/// thread-block cluster (distributed shared memory) instead of the merge kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PipelinedSplits {
+    pub splits: u32,
+    pub split_len: u32,
+    pub cluster: bool,
+}
+
 /// Splits and keys per split for the pipelined kernel, from static shapes only.
 ///
 /// Model: every block streams its split at the same rate, so a grid run in waves of `slots`
 /// resident blocks takes ~ waves × (split length + a block's fixed cost), plus the merge (a fixed
-/// cost and one per split) when there is more than one split. Among split counts within
-/// [`SPLIT_COST_SLACK_PERCENT`] of the cheapest, the most splits win: the model assumes every sequence is as long as the page table
-/// allows, and shorter splits balance real batches of uneven lengths (a split past a sequence's
-/// end exits at once). Splits are whole pipeline tiles, at least `min_split_tiles` of them.
+/// cost and one per split) when there is more than one split: the merge kernel's, or, for up to
+/// `cluster_limit` splits (0: no clusters), the much smaller one of merging inside a cluster.
+/// Among split counts within [`SPLIT_COST_SLACK_PERCENT`] of the cheapest, the most splits win:
+/// the model assumes every sequence is as long as the page table allows, and shorter splits
+/// balance real batches of uneven lengths (a split past a sequence's end exits at once). Splits
+/// are whole pipeline tiles, at least `min_split_tiles` of them.
 pub fn choose_splits_by_waves(
     blocks_per_split: u64,
     max_keys: u32,
     slots: u64,
     min_split_tiles: u32,
     merge_cost_keys: u32,
-) -> (u32, u32) {
+    cluster_limit: u32,
+) -> PipelinedSplits {
     let max_keys = max_keys.max(1);
     let blocks_per_split = blocks_per_split.max(1);
     let slots = slots.max(1);
     let most = (max_keys / (min_split_tiles.max(1) * PIPE_TILE_KEYS)).clamp(1, MAX_SPLITS);
-    let candidates: Vec<(u64, u32, u32)> = (1..=most)
+    let candidates: Vec<(u64, PipelinedSplits)> = (1..=most)
         .map(|wanted| {
             let split_len = max_keys.div_ceil(wanted).next_multiple_of(PIPE_TILE_KEYS);
             let splits = max_keys.div_ceil(split_len);
             let waves = (blocks_per_split * splits as u64).div_ceil(slots);
-            let merge = if splits > 1 { merge_cost_keys as u64 + MERGE_COST_PER_SPLIT_KEYS * splits as u64 } else { 0 };
-            (waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge, splits, split_len)
+            let cluster = splits > 1 && splits <= cluster_limit;
+            let merge = match (splits, cluster) {
+                (1, _) => 0,
+                (_, true) => CLUSTER_MERGE_COST_KEYS + CLUSTER_MERGE_COST_PER_SPLIT_KEYS * splits as u64,
+                (_, false) => merge_cost_keys as u64 + MERGE_COST_PER_SPLIT_KEYS * splits as u64,
+            };
+            (waves * (split_len as u64 + BLOCK_OVERHEAD_KEYS) + merge, PipelinedSplits { splits, split_len, cluster })
         })
         .collect();
     let cheapest = candidates.iter().map(|c| c.0).min().unwrap_or(0);
     let limit = cheapest + cheapest * SPLIT_COST_SLACK_PERCENT / 100;
-    candidates
-        .iter()
-        .filter(|c| c.0 <= limit)
-        .max_by_key(|c| c.1)
-        .map_or((1, max_keys.next_multiple_of(PIPE_TILE_KEYS)), |c| (c.1, c.2))
+    candidates.iter().filter(|c| c.0 <= limit).max_by_key(|c| c.1.splits).map_or(
+        PipelinedSplits { splits: 1, split_len: max_keys.next_multiple_of(PIPE_TILE_KEYS), cluster: false },
+        |c| c.1,
+    )
 }
 
 /// How much slower (by the model) a split count may be than the cheapest and still be preferred
@@ -264,6 +289,12 @@ const DEFAULT_PERSISTENT: u32 = 2;
 /// that do not fit the device's shared memory are an error at launch.
 pub const PIPE_STAGES_ENV_VAR: &str = "XGK_RPA_STAGES";
 
+/// Environment variable switching the pipelined kernel's cluster merge of its splits off (`0`)
+/// or on (`1`, the default; sm_90 image): up to [`MAX_CLUSTER_SPLITS`] splits of a (row, KV
+/// head) run as one thread-block cluster and merge through distributed shared memory, with no
+/// merge kernel and no partials in the workspace.
+pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -283,6 +314,8 @@ pub struct LaunchSettings {
     pub persistent: u32,
     /// [`PIPE_STAGES_ENV_VAR`] (0: the shape's default).
     pub pipe_stages: u32,
+    /// [`CLUSTER_MERGE_ENV_VAR`].
+    pub cluster_merge: bool,
 }
 
 /// The settings, read once; `None` until first read.
@@ -298,7 +331,7 @@ fn settings() -> Result<LaunchSettings> {
 
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
-/// [`PERSISTENT_ENV_VAR`] and [`PIPE_STAGES_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
+/// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`] and [`CLUSTER_MERGE_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -318,6 +351,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
             }
             n => n,
         },
+        cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -537,6 +571,9 @@ struct DirectPlan {
     grid_y: u32,
     splits: u32,
     split_len: u32,
+    /// The splits of a (row, head chunk) are one cluster and merge in it (no merge kernel, no
+    /// scratch).
+    cluster: bool,
 }
 
 impl LaunchPlan {
@@ -546,7 +583,7 @@ impl LaunchPlan {
             LaunchPlan::Tiled(t) => vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
-                if d.splits > 1 {
+                if d.splits > 1 && !d.cluster {
                     v.push((combine_kernel(spec), 0));
                 }
                 v
@@ -559,6 +596,7 @@ impl LaunchPlan {
         match *self {
             LaunchPlan::Tiled(t) if t.warp_specialized => ws_scratch_bytes(t.capacity) as usize,
             LaunchPlan::Tiled(t) => plan_bytes(t.capacity) as usize,
+            LaunchPlan::Direct(d) if d.cluster => 0,
             LaunchPlan::Direct(d) => split_scratch_bytes(spec, d.splits),
         }
     }
@@ -726,15 +764,29 @@ fn plan_launch(
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
     let max_keys = spec.max_visited_keys();
-    let (mut splits, mut split_len) = if kernel == KernelChoice::Pipelined {
+    let (mut splits, mut split_len, cluster) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
         let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
         let settings = settings()?;
-        choose_splits_by_waves(blocks_per_split, max_keys, slots, settings.min_split_tiles, settings.merge_cost_keys)
+        let cluster_limit = if settings.cluster_merge && module.image.has_clusters() {
+            cluster_limit(module, name, threads, shared_bytes)?
+        } else {
+            0
+        };
+        let s = choose_splits_by_waves(
+            blocks_per_split,
+            max_keys,
+            slots,
+            settings.min_split_tiles,
+            settings.merge_cost_keys,
+            cluster_limit,
+        );
+        (s.splits, s.split_len, s.cluster)
     } else {
-        choose_splits(blocks_per_split, max_keys, module.multiprocessors)
+        let (splits, split_len) = choose_splits(blocks_per_split, max_keys, module.multiprocessors);
+        (splits, split_len, false)
     };
-    if let Some(bytes) = limit {
+    if let Some(bytes) = limit.filter(|_| !cluster) {
         if split_scratch_bytes(spec, splits) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
             let fit = (bytes / bytes_per_split(spec).max(1)) as u32;
@@ -754,7 +806,19 @@ fn plan_launch(
         grid_y,
         splits,
         split_len,
+        cluster,
     }))
+}
+
+/// Most splits the pipelined kernel `name` can merge in one cluster on this device: the largest
+/// of [`MAX_CLUSTER_SPLITS`] and 8 whose cluster of blocks fits a GPC, else 0.
+fn cluster_limit(module: &ContextModule, name: &'static str, threads: u32, shared_bytes: u32) -> Result<u32> {
+    for size in [MAX_CLUSTER_SPLITS, 8] {
+        if module.cluster_fits(name, threads, shared_bytes, size)? {
+            return Ok(size);
+        }
+    }
+    Ok(0)
 }
 
 /// K/V bytes in flight per SM that the pipelined kernel needs to stream at the copy bandwidth:
@@ -912,7 +976,8 @@ unsafe fn launch_direct(
     let mut params = spec.kernel_params(l.splits, l.split_len);
     params.copy_hint = settings.copy_hint;
     params.pipe_stages = l.stages;
-    let (part_o, part_lse) = if l.splits > 1 {
+    params.cluster_splits = l.cluster as u32;
+    let (part_o, part_lse) = if l.splits > 1 && !l.cluster {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)
     } else {
@@ -926,8 +991,9 @@ unsafe fn launch_direct(
         block: (l.threads, 1, 1),
         shared_bytes: l.shared_bytes,
     };
-    module.launch(stream, l.name, cfg, &mut args.pointers(), settings.programmatic)?;
-    if l.splits <= 1 {
+    let cluster_z = if l.cluster { l.splits } else { 1 };
+    module.launch_in_clusters(stream, l.name, cfg, cluster_z, &mut args.pointers(), settings.programmatic)?;
+    if l.splits <= 1 || l.cluster {
         return Ok(());
     }
     let mut args = KernelArgs::new();
@@ -1130,30 +1196,64 @@ mod tests {
     #[test]
     fn pipelined_splits_fill_whole_waves() {
         let slots = 2 * 132;
+        // The model without clusters (the sm_80 image, or XGK_RPA_CLUSTER_MERGE=0).
+        let pick = |blocks, keys, slots, min_tiles, merge_cost| {
+            let s = choose_splits_by_waves(blocks, keys, slots, min_tiles, merge_cost, 0);
+            assert!(!s.cluster);
+            (s.splits, s.split_len)
+        };
         // B64 x 8k, 8 KV heads: 512 blocks already make two nearly full waves.
-        let (s, len) = choose_splits_by_waves(64 * 8, 8192, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS);
+        let (s, len) = pick(64 * 8, 8192, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS);
         assert_eq!(s * len, 8192);
         assert!((64 * 8 * s as u64).div_ceil(slots) * len as u64 <= 8192 * 2);
         // B1 x 32k: 8 blocks per split; split until about one wave (~32 splits of 1k keys).
-        let (s, len) = choose_splits_by_waves(8, 32768, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS);
+        let (s, len) = pick(8, 32768, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS);
         assert!((24..=33).contains(&s), "{s} splits");
         assert!(len % PIPE_TILE_KEYS == 0 && s * len >= 32768);
         // Tiny: never below the minimum split.
-        assert_eq!(choose_splits_by_waves(8, 300, slots, 4, DEFAULT_MERGE_COST_KEYS), (1, 320));
-        assert_eq!(choose_splits_by_waves(1, 0, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (1, 64));
+        assert_eq!(pick(8, 300, slots, 4, DEFAULT_MERGE_COST_KEYS), (1, 320));
+        assert_eq!(pick(1, 0, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (1, 64));
         // B1 x 512: eight one-tile splits by default (the fastest on an H100); four-tile splits
         // give two.
-        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (8, 64));
-        assert_eq!(choose_splits_by_waves(8, 512, slots, 4, DEFAULT_MERGE_COST_KEYS), (2, 256));
+        assert_eq!(pick(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (8, 64));
+        assert_eq!(pick(8, 512, slots, 4, DEFAULT_MERGE_COST_KEYS), (2, 256));
         // B1 x 2k: the per-split merge cost stops at 16 two-tile splits (32 one-tile ones measured
         // slower); B4 x 512 takes eight one-tile splits (256 blocks, one wave).
-        assert_eq!(choose_splits_by_waves(8, 2048, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (16, 128));
-        assert_eq!(choose_splits_by_waves(32, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (8, 64));
+        assert_eq!(pick(8, 2048, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (16, 128));
+        assert_eq!(pick(32, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (8, 64));
         // Cells that already filled one wave keep their splits: B1 x 8k 32 of four tiles, B16 x
         // 512 two.
-        assert_eq!(choose_splits_by_waves(8, 8192, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (32, 256));
-        assert_eq!(choose_splits_by_waves(128, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (2, 256));
+        assert_eq!(pick(8, 8192, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (32, 256));
+        assert_eq!(pick(128, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (2, 256));
         // A merge priced above the whole context: no split.
-        assert_eq!(choose_splits_by_waves(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, 512), (1, 512));
+        assert_eq!(pick(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, 512), (1, 512));
+    }
+
+    #[test]
+    fn cluster_merges_take_the_small_split_counts() {
+        let slots = 2 * 132;
+        let pick = |blocks, keys| {
+            let s = choose_splits_by_waves(blocks, keys, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS, 16);
+            (s.splits, s.split_len, s.cluster)
+        };
+        // B1 x 512 and B1 x 2k: the same splits as with the merge kernel, merged in clusters.
+        assert_eq!(pick(8, 512), (8, 64, true));
+        assert_eq!(pick(8, 2048), (16, 128, true));
+        // B16 x 512: two splits in a cluster of two.
+        assert_eq!(pick(128, 512), (2, 256, true));
+        // B1 x 32k: 16 splits of 2k keys would leave half the GPU idle; 32 splits and the kernel.
+        let long = pick(8, 32768);
+        assert!(long.0 > MAX_CLUSTER_SPLITS && !long.2, "{long:?}");
+        // B64 x 8k already fills two waves: at most two splits (which the cheap merge allows
+        // within the slack that favours shorter splits).
+        let full = pick(64 * 8, 8192);
+        assert!(full.0 <= 2 && full.0 * full.1 == 8192, "{full:?}");
+        // A cluster never holds more splits than the limit.
+        for keys in [64, 1000, 4096, 20000, 65536] {
+            for blocks in [1, 8, 32, 100, 264, 1000] {
+                let s = choose_splits_by_waves(blocks, keys, slots, 1, DEFAULT_MERGE_COST_KEYS, 8);
+                assert!(!s.cluster || (2..=8).contains(&s.splits), "{blocks} x {keys}: {s:?}");
+            }
+        }
     }
 }
