@@ -418,7 +418,9 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
             2 => (DType::BF16, DType::F8E4M3FN, 128),
             _ => (DType::BF16, DType::BF16, 256),
         };
-        let (nkv, group) = [(2, 4), (1, 8), (4, 1), (1, 32)][i % 4];
+        // At most 8 (row, head chunk) clusters (4 rows at most): every cluster of the grid runs at
+        // once on a Hopper GPU, the condition for the cluster merge.
+        let (nkv, group) = [(2, 4), (1, 8), (2, 1), (1, 32)][i % 4];
         // One long sequence (splits up to 16) beside shorter ones (splits past their end).
         let seqs = vec![(1, rng.gen_range(1500..4000)), (1, rng.gen_range(1..300)), (1, 64 * (i + 1))];
         let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, [16, 8, 32][i % 3], &seqs, i % 2);
@@ -430,7 +432,14 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         cases.push(case);
     }
     let wants: Vec<_> = cases.iter().map(|c| c.cpu_output()).collect();
-    let hopper = KERNELS.for_device(0).unwrap().image.has_clusters();
+    let module = KERNELS.for_device(0).unwrap();
+    let hopper = module.image.has_clusters();
+    if hopper {
+        let (name, shared) = ("rpa_pipe_bf16_bf16_d128", pipelined_shared_bytes(128, 2, 64, 3));
+        let active: Vec<_> =
+            [2, 4, 8, 16].iter().map(|&n| (n, module.active_clusters(name, 128, shared, n).unwrap())).collect();
+        println!("active clusters (size, clusters) of {name} with 3 stages: {active:?}");
+    }
     let mut clustered = 0;
     for (cluster, merge_cost) in [("1", "65536"), ("1", ""), ("0", "")] {
         with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {

@@ -172,8 +172,8 @@ pub struct ContextModule {
     functions: Mutex<HashMap<&'static str, (usize, u32)>>,
     /// Resident blocks per multiprocessor, by (kernel, threads, dynamic shared bytes).
     occupancy: Mutex<HashMap<(&'static str, u32, u32), u32>>,
-    /// [`ContextModule::cluster_fits`] by (kernel, threads, shared bytes, cluster size).
-    cluster_occupancy: Mutex<HashMap<ClusterKey, bool>>,
+    /// [`ContextModule::active_clusters`] by (kernel, threads, shared bytes, cluster size).
+    cluster_occupancy: Mutex<HashMap<ClusterKey, u32>>,
     /// Streaming multiprocessors of the context's device (sizes split-KV grids).
     pub multiprocessors: u32,
     /// Compute capability as `major * 10 + minor`.
@@ -432,7 +432,7 @@ impl ContextModule {
     /// # Safety
     /// As [`Self::launch`]; with `cluster_z > 1`, the image must have clusters
     /// ([`PtxImage::has_clusters`]), the grid's z a multiple of `cluster_z`, and a cluster of that
-    /// size must fit the device ([`Self::cluster_fits`] said so for this kernel and block).
+    /// size must fit the device ([`Self::active_clusters`] above 0 for this kernel and block).
     pub unsafe fn launch_in_clusters(
         &self,
         stream: CUstream,
@@ -467,14 +467,14 @@ impl ContextModule {
         Ok(())
     }
 
-    /// Whether clusters of `size` blocks of `kernel` (with `threads` threads and `shared_bytes`
-    /// of dynamic shared memory each) can be scheduled on the device
-    /// (`cuOccupancyMaxActiveClusters` of a grid of one such cluster). Sizes above 8 (Hopper's
-    /// non-portable ones) are allowed for the kernel first. Cached per (kernel, block, size).
-    pub fn cluster_fits(&self, kernel: &'static str, threads: u32, shared_bytes: u32, size: u32) -> Result<bool> {
+    /// How many clusters of `size` blocks of `kernel` (with `threads` threads and `shared_bytes`
+    /// of dynamic shared memory each) the device runs at once (`cuOccupancyMaxActiveClusters`);
+    /// 0 when such a cluster cannot be scheduled at all. Sizes above 8 (Hopper's non-portable
+    /// ones) are allowed for the kernel first. Cached per (kernel, block, size).
+    pub fn active_clusters(&self, kernel: &'static str, threads: u32, shared_bytes: u32, size: u32) -> Result<u32> {
         let key = (kernel, threads, shared_bytes, size);
-        if let Some(&fits) = self.cluster_occupancy.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return Ok(fits);
+        if let Some(&n) = self.cluster_occupancy.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(n);
         }
         let f = self.function_with_shared(kernel, shared_bytes)?;
         let _guard = ContextGuard::push(self.context)?;
@@ -494,15 +494,15 @@ impl ContextModule {
         let config = attributes.config(&cfg, std::ptr::null_mut());
         let mut clusters = 0i32;
         // SAFETY: out-pointer to a local; `config` and its attributes outlive the call.
-        let fits = match unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f, &config) }.result() {
-            Ok(()) => clusters > 0,
+        let n = match unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f, &config) }.result() {
+            Ok(()) => clusters.max(0) as u32,
             // A cluster shape the device cannot take (too large, too much shared memory).
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_CLUSTER_SIZE => false,
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_VALUE => false,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_CLUSTER_SIZE => 0,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_VALUE => 0,
             Err(e) => return Err(Error::cuda("cuOccupancyMaxActiveClusters", e)),
         };
-        self.cluster_occupancy.lock().unwrap_or_else(|e| e.into_inner()).insert(key, fits);
-        Ok(fits)
+        self.cluster_occupancy.lock().unwrap_or_else(|e| e.into_inner()).insert(key, n);
+        Ok(n)
     }
 
     /// Stream-ordered scratch memory (`cuMemAllocAsync`), freed by [`Scratch::free`] on the same

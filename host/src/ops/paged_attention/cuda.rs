@@ -768,19 +768,28 @@ fn plan_launch(
         let name = kernel_name(spec, kernel);
         let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
         let settings = settings()?;
-        let cluster_limit = if settings.cluster_merge && module.image.has_clusters() {
-            cluster_limit(module, name, threads, shared_bytes)?
-        } else {
-            0
+        let model = |cluster_limit| {
+            choose_splits_by_waves(
+                blocks_per_split,
+                max_keys,
+                slots,
+                settings.min_split_tiles,
+                settings.merge_cost_keys,
+                cluster_limit,
+            )
         };
-        let s = choose_splits_by_waves(
-            blocks_per_split,
-            max_keys,
-            slots,
-            settings.min_split_tiles,
-            settings.merge_cost_keys,
-            cluster_limit,
-        );
+        let mut s = model(0);
+        if settings.cluster_merge && module.image.has_clusters() && s.splits > 1 {
+            // Clusters only where every cluster of the grid runs at once: a grid of clusters in
+            // waves ran up to 1.6x slower than the same splits with the merge kernel on an H200
+            // (clusters are placed a GPC at a time; benchmarks/NOTES.md "v9").
+            let clustered = model(MAX_CLUSTER_SPLITS);
+            if clustered.cluster
+                && blocks_per_split <= module.active_clusters(name, threads, shared_bytes, clustered.splits)? as u64
+            {
+                s = clustered;
+            }
+        }
         (s.splits, s.split_len, s.cluster)
     } else {
         let (splits, split_len) = choose_splits(blocks_per_split, max_keys, module.multiprocessors);
@@ -808,17 +817,6 @@ fn plan_launch(
         split_len,
         cluster,
     }))
-}
-
-/// Most splits the pipelined kernel `name` can merge in one cluster on this device: the largest
-/// of [`MAX_CLUSTER_SPLITS`] and 8 whose cluster of blocks fits a GPC, else 0.
-fn cluster_limit(module: &ContextModule, name: &'static str, threads: u32, shared_bytes: u32) -> Result<u32> {
-    for size in [MAX_CLUSTER_SPLITS, 8] {
-        if module.cluster_fits(name, threads, shared_bytes, size)? {
-            return Ok(size);
-        }
-    }
-    Ok(0)
 }
 
 /// K/V bytes in flight per SM that the pipelined kernel needs to stream at the copy bandwidth:
