@@ -210,9 +210,9 @@ fn build_image(image: &Image, kernels_dir: &Path, out_dir: &Path, llvm_bin: &Pat
     apply_launch_bounds(&text).map_err(|e| format!("{}: {e}", ptx.display()))
 }
 
-/// Turns each `__xgk_maxntid_<name> = N` marker global (from `#[kernel(max_threads = N)]`) into
-/// `.maxntid N, 1, 1` and `.minnctapersm 1` directives on the entry `<name>`, between its
-/// parameter list and its body.
+/// Turns each `__xgk_maxntid_<name> = N | M << 16` marker global (from `#[kernel(max_threads = N,
+/// min_blocks = M)]`; M = 0 means 1) into `.maxntid N, 1, 1` and `.minnctapersm M` directives on
+/// the entry `<name>`, between its parameter list and its body.
 fn apply_launch_bounds(ptx: &str) -> Result<String, String> {
     const MARKER: &str = "__xgk_maxntid_";
     let mut text = ptx.to_string();
@@ -244,10 +244,12 @@ fn apply_launch_bounds(ptx: &str) -> Result<String, String> {
         let header = format!(".entry {name}(");
         let start = text.find(&header).ok_or_else(|| format!("launch bound for {name}, which is no entry"))?;
         let body = start + text[start..].find("\n{").ok_or_else(|| format!("entry {name} has no body"))?;
-        // `.minnctapersm 1` with it, as CUDA's `__launch_bounds__(n, 1)`: ptxas then fixes the
-        // registers per thread at what `n` threads can hold, which `setmaxnreg` needs ("unable to
-        // determine register count at entry" otherwise, and the budgets are ignored).
-        text.insert_str(body, &format!("\n.maxntid {n}, 1, 1\n.minnctapersm 1"));
+        // `.minnctapersm` with it, as CUDA's `__launch_bounds__(threads, blocks)`: ptxas then
+        // fixes the registers per thread at what `blocks` blocks of `threads` can hold, which
+        // `setmaxnreg` needs ("unable to determine register count at entry" otherwise, and the
+        // budgets are ignored).
+        let (threads, blocks) = (n & 0xffff, (n >> 16).max(1));
+        text.insert_str(body, &format!("\n.maxntid {threads}, 1, 1\n.minnctapersm {blocks}"));
     }
     Ok(text)
 }

@@ -425,7 +425,8 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         let seqs = vec![(1, rng.gen_range(1500..4000)), (1, rng.gen_range(1..300)), (1, 64 * (i + 1))];
         let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, [16, 8, 32][i % 3], &seqs, i % 2);
         match i % 3 {
-            1 => case.sliding_window = Some(rng.gen_range(50..2000)),
+            // Windows of 1000 keys at least: every case splits.
+            1 => case.sliding_window = Some(rng.gen_range(1000..2000)),
             2 => case.soft_cap = Some(30.0),
             _ => {}
         }

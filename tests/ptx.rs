@@ -139,12 +139,22 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // No local memory, except a few bytes in the head_dim-256 warp-specialized kernels'
         // producer: their consumers need 240 registers (O alone is 128), which leaves the
         // producer 24, where ptxas keeps a few loop invariants of the item walk on the stack
-        // (reloaded once per item or tile; the producer is not the bottleneck).
+        // (reloaded once per item or tile; the producer is not the bottleneck). And 8 bytes in the
+        // 16-bit head_dim-128 pipelined kernels, compiled for three blocks per SM (168
+        // registers): one value stored before the tile loop and loaded after it (SASS of
+        // rpa_pipe_bf16_bf16_d128, benchmarks/NOTES.md "v9"), never inside it.
         let mut function = "";
         for line in log.lines() {
             if let Some(name) = line.split("Function properties for ").nth(1) {
                 function = name.trim();
             } else if line.contains("stack frame") {
+                let pipe_d128 = function.starts_with("rpa_pipe_") && function.ends_with("_d128");
+                if pipe_d128 {
+                    let bytes: Vec<u32> =
+                        line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+                    assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= 8), "{arch} {function}: {line}");
+                    continue;
+                }
                 if function.starts_with("rpa_tile_ws_") && function.ends_with("_d256") {
                     // Stack frame, spill stores, spill loads.
                     let bytes: Vec<u32> =

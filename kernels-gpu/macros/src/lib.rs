@@ -13,9 +13,11 @@
 //! `#[kernel(max_threads = N)]` declares the most threads a block of the kernel is launched with
 //! (CUDA's `__launch_bounds__(N, 1)`): the PTX then carries `.maxntid N, 1, 1` and
 //! `.minnctapersm 1`, so ptxas gives each thread the registers `N` threads may hold (a count fixed
-//! at entry, which `setmaxnreg` needs). rustc has no attribute for it; the
-//! macro exports a marker `u32` global `__xgk_maxntid_<name> = N`, which the root `build.rs`
-//! turns into the directive on the entry `<name>`.
+//! at entry, which `setmaxnreg` needs). `#[kernel(max_threads = N, min_blocks = M)]` is
+//! `__launch_bounds__(N, M)`: `.minnctapersm M`, so ptxas keeps the registers per thread low
+//! enough for `M` blocks of `N` threads per SM. rustc has no attribute for it; the macro exports a
+//! marker `u32` global `__xgk_maxntid_<name> = N | M << 16`, which the root `build.rs` turns into
+//! the directives on the entry `<name>`.
 
 use proc_macro::TokenStream;
 use quote::quote;
@@ -23,38 +25,59 @@ use syn::{parse_macro_input, spanned::Spanned, Error, FnArg, ItemFn, ReturnType}
 
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let max_threads = if attr.is_empty() {
+    let bounds = if attr.is_empty() {
         None
     } else {
-        match parse_max_threads(proc_macro2::TokenStream::from(attr)) {
-            Ok(n) => Some(n),
+        match parse_bounds(proc_macro2::TokenStream::from(attr)) {
+            Ok(b) => Some(b),
             Err(err) => return err.to_compile_error().into(),
         }
     };
     let func = parse_macro_input!(item as ItemFn);
-    match expand(func, max_threads) {
+    match expand(func, bounds) {
         Ok(tokens) => tokens.into(),
         Err(err) => err.to_compile_error().into(),
     }
 }
 
-/// `max_threads = N` with `N` a positive integer literal up to 1024.
-fn parse_max_threads(attr: proc_macro2::TokenStream) -> syn::Result<u32> {
-    let meta: syn::MetaNameValue = syn::parse2(attr.clone())?;
-    if !meta.path.is_ident("max_threads") {
-        return Err(Error::new(meta.path.span(), "#[kernel] takes only `max_threads = N`"));
-    }
-    let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) = &meta.value else {
-        return Err(Error::new(meta.value.span(), "max_threads must be an integer literal"));
+/// `max_threads = N` (a positive integer literal up to 1024), optionally followed by
+/// `, min_blocks = M` (1 to 32): the marker value `N | M << 16` (M = 1 when absent).
+fn parse_bounds(attr: proc_macro2::TokenStream) -> syn::Result<u32> {
+    use syn::parse::Parser;
+    let metas = syn::punctuated::Punctuated::<syn::MetaNameValue, syn::Token![,]>::parse_terminated.parse2(attr)?;
+    let int = |meta: &syn::MetaNameValue, range: std::ops::RangeInclusive<u32>| -> syn::Result<u32> {
+        // A literal forwarded by `macro_rules!` arrives in an invisible group.
+        let mut value = &meta.value;
+        while let syn::Expr::Group(g) = value {
+            value = &g.expr;
+        }
+        let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) = value else {
+            return Err(Error::new(meta.value.span(), "expected an integer literal"));
+        };
+        let n: u32 = n.base10_parse()?;
+        if !range.contains(&n) {
+            return Err(Error::new(meta.value.span(), format!("must be in {}..={}", range.start(), range.end())));
+        }
+        Ok(n)
     };
-    let n: u32 = n.base10_parse()?;
-    if n == 0 || n > 1024 {
-        return Err(Error::new(meta.value.span(), "max_threads must be in 1..=1024"));
+    let mut iter = metas.iter();
+    let first = iter.next().filter(|m| m.path.is_ident("max_threads"));
+    let Some(first) = first else {
+        return Err(Error::new(metas.span(), "#[kernel] takes `max_threads = N` and optionally `min_blocks = M`"));
+    };
+    let threads = int(first, 1..=1024)?;
+    let blocks = match iter.next() {
+        None => 1,
+        Some(m) if m.path.is_ident("min_blocks") => int(m, 1..=32)?,
+        Some(m) => return Err(Error::new(m.path.span(), "expected `min_blocks = M` after `max_threads = N`")),
+    };
+    if let Some(m) = iter.next() {
+        return Err(Error::new(m.span(), "#[kernel] takes at most `max_threads = N, min_blocks = M`"));
     }
-    Ok(n)
+    Ok(threads | blocks << 16)
 }
 
-fn expand(func: ItemFn, max_threads: Option<u32>) -> syn::Result<proc_macro2::TokenStream> {
+fn expand(func: ItemFn, bounds: Option<u32>) -> syn::Result<proc_macro2::TokenStream> {
     let sig = &func.sig;
     if sig.unsafety.is_none() {
         return Err(Error::new(sig.fn_token.span(), "kernels must be declared `unsafe fn`"));
@@ -88,7 +111,7 @@ fn expand(func: ItemFn, max_threads: Option<u32>) -> syn::Result<proc_macro2::To
     let inputs = &sig.inputs;
     let body = &func.block;
     let check_name = quote::format_ident!("__kernel_params_are_copy_{}", ident);
-    let bound = max_threads.map(|n| {
+    let bound = bounds.map(|n| {
         let marker = quote::format_ident!("__xgk_maxntid_{}", ident);
         quote! {
             #[cfg(target_arch = "nvptx64")]

@@ -453,7 +453,7 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
 /// Declares attention kernels: `name: q type, KV type => inner_function[const arguments after
 /// the two types]`. Every attention kernel has this parameter list (the host pushes it in this order).
 macro_rules! attention_kernels {
-    ($( $name:ident: $q:ty, $kv:ty => $inner:ident[$($arg:expr),*]; )*) => {$(
+    ($( $name:ident: $q:ty, $kv:ty => $inner:ident[$($arg:expr),*] $(bounds($threads:literal, $blocks:literal))?; )*) => {$(
         /// One attention kernel (see the module docs); launched by the host's `launch_cuda`.
         ///
         /// # Safety
@@ -461,7 +461,7 @@ macro_rules! attention_kernels {
         /// memory the host computes; every pointer a device buffer of the shape `params` describes
         /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1). Metadata values may be
         /// anything: they never lead outside the buffers.
-        #[$crate::kernel]
+        #[$crate::kernel $((max_threads = $threads, min_blocks = $blocks))?]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
             q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
