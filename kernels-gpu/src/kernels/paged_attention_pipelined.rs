@@ -50,6 +50,13 @@ pub const PIPE_TILE_KEYS: u32 = 64;
 /// count at run time (`RpaParams::pipe_stages`).
 pub const PIPE_MAX_STAGES: u32 = 8;
 
+/// Threads that copy one token's K and V rows together, 16 bytes each: a warp instruction then
+/// reads whole 128-byte lines (four tokens' eight chunks). Four threads per token (half lines of
+/// eight tokens) asked the L2 for twice the requests per byte, which bound the H200 at 91-93 % of
+/// its L2 throughput with DRAM at 80 % (benchmarks/NOTES.md "v9"). Every supported row is at
+/// least 8 chunks per token (fp8 at head_dim 64: 64 + 64 bytes).
+const THREADS_PER_TOKEN: u32 = 8;
+
 /// Keys per tile: 64 (four 16-key groups, one warp each), 32 at head_dim 256, where two warps
 /// share each group: 4 warps and 32 KiB stages, so that two blocks fit an SM (with 64-key tiles,
 /// 64 KiB stages and 8 warps, one block per SM stalled at every tile's barrier: 770 against 745
@@ -273,11 +280,11 @@ unsafe fn rpa_pipelined_on<
     let token_chunks: u32 = 2 * row_chunks;
     let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes, tile);
     let stages = p.pipe_stages;
-    // Copies per thread and token (a quarter of the token's chunks): 8 for 16-bit KV and D = 128,
-    // 16 for D = 256; passes of `threads / 4` tokens cover the tile.
-    const COPIES: usize = 16;
-    let copies_per_token_thread = token_chunks / 4;
-    let tokens_per_pass = threads / 4;
+    // Copies per thread and token (an eighth of the token's chunks): 4 for 16-bit KV and D = 128,
+    // 8 for D = 256, 1 for fp8 at D = 64; passes of `threads / 8` tokens cover the tile.
+    const COPIES: usize = 8;
+    let copies_per_token_thread = token_chunks / THREADS_PER_TOKEN;
+    let tokens_per_pass = threads / THREADS_PER_TOKEN;
     let passes = tile / tokens_per_pass;
 
     let tid = thread_idx_x();
@@ -317,36 +324,36 @@ unsafe fn rpa_pipelined_on<
     };
 
     // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
-    // Four threads share a token: thread q of the four copies chunks q, q + 4, q + 8, ... of its
-    // K-then-V span, so each warp instruction reads 64 contiguous bytes of eight tokens, and a
-    // thread resolves one page-table entry per 32 tokens. Rows are stored swizzled for ldmatrix
-    // (`swizzled_chunk`).
-    let quad = tid % 4;
+    // Eight threads share a token: thread r of the eight copies chunks r, r + 8, r + 16, ... of
+    // its K-then-V span, so each warp instruction reads four whole 128-byte lines (four tokens),
+    // and a thread resolves one page-table entry per 16 tokens. Rows are stored swizzled for
+    // ldmatrix (`swizzled_chunk`).
+    let part0 = tid % THREADS_PER_TOKEN;
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
     |i: u32, slot: u32, hint: CopyHint| {
         let stage_base = smem_base + slot * stage_bytes;
         let tile_base = split_lo + i * tile;
-        unroll::<2>(|pass| {
+        unroll::<4>(|pass| {
             if pass as u32 >= passes {
                 return;
             }
-            let token = pass as u32 * tokens_per_pass + tid / 4;
+            let token = pass as u32 * tokens_per_pass + tid / THREADS_PER_TOKEN;
             let (src, valid) = match page_of(tile_base + token) {
                 Some((page, in_page)) => {
                     let t = page as usize * p.page_size as usize + in_page as usize;
-                    (kv.add(t * token_stride + head_offset + quad as usize * 16), true)
+                    (kv.add(t * token_stride + head_offset + part0 as usize * 16), true)
                 }
                 None => (kv, false),
             };
             let row = token * kv_row_bytes;
             unroll::<COPIES>(|c| {
                 if (c as u32) < copies_per_token_thread {
-                    let part = c as u32 * 4 + quad;
+                    let part = c as u32 * THREADS_PER_TOKEN + part0;
                     let (region, col) = (part / row_chunks, part % row_chunks);
                     let col = swizzled_chunk(col, token, row_chunks);
                     let dst = stage_base + region * tile * kv_row_bytes + row + col * 16;
-                    cp_async_16(dst, src.add(c * 64), valid, hint);
+                    cp_async_16(dst, src.add(c * 16 * THREADS_PER_TOKEN as usize), valid, hint);
                 }
             });
         });
