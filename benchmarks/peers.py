@@ -380,7 +380,7 @@ def from_jax(x):
     return torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(DEVICE)
 
 
-def select_kernel(kernel, hint="1", programmatic=True, min_split_tiles="", merge_cost_keys="", schedule="",
+def select_kernel(kernel, hint="", programmatic=True, min_split_tiles="", merge_cost_keys="", schedule="",
                   persistent="", stages="", cluster=""):
     """Sets the variant for the calls that follow (the library reads these once, and again on
     `reload_settings`)."""
@@ -412,7 +412,7 @@ class Ours:
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, *options = variant.split(":")
-        self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "1", True, "", ""  # defaults
+        self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "", True, "", ""  # defaults
         self.schedule, self.persistent, self.stages, self.cluster = "", "", "", ""
         for opt in options:
             if opt == "nopdl":

@@ -9,7 +9,8 @@
 //! tiles of 64 keys (32 at head_dim 256: [`pipelined_tile_keys`]):
 //! - all 128 threads copy a tile's K and V rows (page-gathered: one token's K and V for head `g`
 //!   are `2 * head_dim` contiguous elements) into one of `RpaParams::pipe_stages` shared-memory
-//!   stages with 16-byte `cp.async` (256-byte L2 prefetch by default, `RpaParams::copy_hint`),
+//!   stages with 16-byte `cp.async`, eight threads per token so that a warp instruction reads
+//!   whole 128-byte lines (an L2 prefetch hint on request, `RpaParams::copy_hint`),
 //!   `stages - 1` tiles ahead of the math (the host picks the count that keeps about 128 KiB per SM
 //!   in flight: 3 stages of 32 KiB for 16-bit KV at head_dim 128, more of the smaller fp8 ones);
 //!   keys past the split or on an invalid page are zero-filled (and masked below);

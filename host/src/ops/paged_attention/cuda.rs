@@ -225,11 +225,12 @@ impl KernelChoice {
     }
 }
 
-/// L2 hints of the pipelined kernel's copies: bit 0 prefetches the surrounding 256 bytes into L2
-/// (measured 2–4 % faster at large batch on an H100: benchmarks/NOTES.md), bit 1 adds an
-/// evict-first policy (no measurable effect). `XGK_RPA_COPY_HINT` overrides the default, for
-/// measuring them side by side.
-const DEFAULT_COPY_HINT: u32 = 1;
+/// L2 hints of the pipelined kernel's copies: bit 0 prefetches the surrounding 256 bytes into L2,
+/// bit 1 adds an evict-first policy (no measurable effect). None by default: with whole 128-byte
+/// lines per warp instruction the prefetch only adds L2 work, 3-6 % slower on every
+/// bandwidth-bound H200 cell (benchmarks/NOTES.md "v9"; it had paid 2-4 % on an H100 when the
+/// copies read half lines). `XGK_RPA_COPY_HINT` overrides the default, for measuring side by side.
+const DEFAULT_COPY_HINT: u32 = 0;
 
 fn copy_hint_from_env() -> u32 {
     std::env::var("XGK_RPA_COPY_HINT").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_COPY_HINT) & 3
