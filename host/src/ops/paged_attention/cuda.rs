@@ -782,8 +782,8 @@ fn plan_launch(
         let mut s = model(0);
         if settings.cluster_merge && module.image.has_clusters() && s.splits > 1 {
             // Clusters only where every cluster of the grid runs at once: a grid of clusters in
-            // waves ran up to 1.6x slower than the same splits with the merge kernel on an H200
-            // (clusters are placed a GPC at a time; benchmarks/NOTES.md "v9").
+            // rounds ran up to 1.6x slower than the same splits with the merge kernel on an H200
+            // (B4 x 2k: 32 clusters of 8 where 30 fit; benchmarks/NOTES.md "v9").
             let clustered = model(MAX_CLUSTER_SPLITS);
             if clustered.cluster
                 && blocks_per_split <= module.active_clusters(name, threads, shared_bytes, clustered.splits)? as u64
