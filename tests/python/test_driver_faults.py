@@ -41,7 +41,7 @@ FAKE_DRIVER = textwrap.dedent("""
     OK(cuCtxGetDevice) OK(cuCtxGetId) OK(cuCtxPushCurrent_v2) OK(cuCtxPopCurrent_v2) OK(cuStreamGetCtx)
     OK(cuModuleLoadData) OK(cuModuleGetFunction) OK(cuFuncSetAttribute)
     OK(cuOccupancyMaxActiveBlocksPerMultiprocessor) OK(cuLaunchKernel) OK(cuMemAllocAsync) OK(cuMemFreeAsync)
-    OK(cuDriverGetVersion) OK(cuLaunchKernelEx)
+    OK(cuDriverGetVersion) OK(cuLaunchKernelEx) OK(cuOccupancyMaxActiveClusters)
 """)
 
 
