@@ -506,13 +506,6 @@ unsafe fn rpa_pipelined_on<
     merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
 }
 
-/// Blocks per SM the head_dim-128 kernels are compiled for (`#[kernel(max_threads = 128,
-/// min_blocks = 3)]`): at most 168 registers per thread (the 16-bit kernel took 204, two blocks
-/// per SM), so that three blocks of two 32 KiB stages fit an SM: 12 warps instead of 8, which
-/// the H200 needs to stream at its bandwidth (benchmarks/NOTES.md "v9"). ptxas keeps one value
-/// on the stack across the tile loop (stored before it, loaded after it).
-pub const PIPE_D128_MIN_BLOCKS: u32 = 3;
-
 /// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`; `@ M`
 /// compiles it for M resident blocks of its 128 threads.
 macro_rules! rpa_pipe_kernels {
@@ -531,7 +524,11 @@ const _: () = assert!(
         && pipelined_threads(pipelined_tile_keys(256), pipelined_dim_split(256)) == 128
 );
 
-// `@ 3` is PIPE_D128_MIN_BLOCKS (a literal: the attribute takes literals).
+// `@ 3`: the head_dim-128 kernels are compiled for three blocks per SM (`#[kernel(max_threads =
+// 128, min_blocks = 3)]`): at most 168 registers per thread (the 16-bit kernel took 204, two
+// blocks per SM), so that fp8's four 16 KiB stages and 16-bit KV's two 32 KiB stages
+// (`XGK_RPA_STAGES=2`) run three blocks per SM (benchmarks/NOTES.md "v9"). ptxas keeps one value
+// on the stack across the tile loop (stored before it, loaded after it).
 rpa_pipe_kernels! {
     f16, f16 => rpa_pipe_f16_f16_d64 64, rpa_pipe_f16_f16_d128 128 @ 3, rpa_pipe_f16_f16_d256 256;
     f16, F8E4M3 => rpa_pipe_f16_e4m3_d64 64, rpa_pipe_f16_e4m3_d128 128 @ 3;
