@@ -381,7 +381,7 @@ def from_jax(x):
 
 
 def select_kernel(kernel, hint="", programmatic=True, min_split_tiles="", merge_cost_keys="", schedule="",
-                  persistent="", stages="", cluster=""):
+                  persistent="", stages="", cluster="", plan_blocks=""):
     """Sets the variant for the calls that follow (the library reads these once, and again on
     `reload_settings`)."""
     from xla_gpu_kernels import _capi
@@ -393,6 +393,7 @@ def select_kernel(kernel, hint="", programmatic=True, min_split_tiles="", merge_
     os.environ["XGK_WS_PERSISTENT"] = persistent
     os.environ["XGK_RPA_STAGES"] = stages
     os.environ["XGK_RPA_CLUSTER_MERGE"] = cluster
+    os.environ["XGK_RPA_PLAN_BLOCKS"] = plan_blocks
     _capi.reload_settings()
 
 
@@ -406,14 +407,15 @@ class Ours:
     (`XGK_WS_SCHEDULE`: 0 free, 1 ping-pong), `ps<N>` for its persistent blocks (`XGK_WS_PERSISTENT`:
     0 one per pair, 1 snake order, 2 dynamic), `st<N>` for the pipelined kernel's K/V stages
     (`XGK_RPA_STAGES`, 2-8), `cl<N>` for the cluster merge of the splits (`XGK_RPA_CLUSTER_MERGE`:
-    0 off, 1 on). Example: `auto:ms1:nopdl`."""
+    0 off, 1 on), `pb<N>` for the resident blocks per SM the split model plans with
+    (`XGK_RPA_PLAN_BLOCKS`). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, *options = variant.split(":")
         self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "", True, "", ""  # defaults
-        self.schedule, self.persistent, self.stages, self.cluster = "", "", "", ""
+        self.schedule, self.persistent, self.stages, self.cluster, self.plan_blocks = "", "", "", "", ""
         for opt in options:
             if opt == "nopdl":
                 self.programmatic = False
@@ -431,13 +433,15 @@ class Ours:
                 self.stages = opt[2:]
             elif opt.startswith("cl") and opt[2:].isdigit():
                 self.cluster = opt[2:]
+            elif opt.startswith("pb") and opt[2:].isdigit():
+                self.plan_blocks = opt[2:]
             else:
                 raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, "
-                                 "ps<N>, st<N>, cl<N>)")
+                                 "ps<N>, st<N>, cl<N>, pb<N>)")
 
     def select(self):
         select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys,
-                      self.schedule, self.persistent, self.stages, self.cluster)
+                      self.schedule, self.persistent, self.stages, self.cluster, self.plan_blocks)
 
     def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)

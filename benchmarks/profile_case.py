@@ -3,6 +3,9 @@ compute-sanitizer) to wrap: the same inputs as benchmarks/peers.py (G1 geometry 
 
     ncu --kernel-name regex:rpa_tile --launch-skip 1 --launch-count 1 \\
         python3 benchmarks/profile_case.py --seqs 8192x8192 --calls 3
+
+`--impl flashinfer` makes the same calls through FlashInfer's wrapper as peers.py builds it (its
+plan made once, before the calls), to profile the peer beside ours.
 """
 
 import argparse
@@ -22,6 +25,7 @@ def main():
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--kernel", default="auto", help="a peers.py variant of ours for the calls (auto, auto:st5, ...)")
     ap.add_argument("--kv-dtype", default="bfloat16", help="KV cache dtype: bfloat16, float8_e4m3fn, float8_e5m2")
+    ap.add_argument("--impl", default="ours", choices=["ours", "flashinfer"], help="whose kernels make the calls")
     args = ap.parse_args()
     seqs = []
     for part in args.seqs.split(","):
@@ -30,11 +34,18 @@ def main():
         seqs += [(q, kv)] * int(count or 1)
     case = peers.Case(f"profile {args.seqs}", args.geometry, seqs, kv_dtype=args.kv_dtype)
     inp = peers.Inputs(case, seed=0)
-    peers.Ours(args.kernel).select()  # also imports our torch op
+    if args.impl == "flashinfer":
+        fi = peers.FlashInfer()
+        out = torch.empty_like(inp.q)
+        plan = fi._decode if case.decode else fi._prefill
+        run, _ = plan(inp, case, range(len(seqs)), inp.q, out, False)
+    else:
+        peers.Ours(args.kernel).select()  # also imports our torch op
+        run = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
+            inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale,
+            sliding_window=inp.window, soft_cap=inp.soft_cap, k_scale=inp.k_scale, v_scale=inp.v_scale)
     for _ in range(args.calls):
-        torch.ops.xla_gpu.paged_attention(inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs,
-                                          sm_scale=inp.sm_scale, sliding_window=inp.window, soft_cap=inp.soft_cap,
-                                          k_scale=inp.k_scale, v_scale=inp.v_scale)
+        run()
     torch.cuda.synchronize()
     print(f"{args.calls} calls of {case.name} done")
 

@@ -51,12 +51,21 @@ pub const PIPE_TILE_KEYS: u32 = 64;
 /// count at run time (`RpaParams::pipe_stages`).
 pub const PIPE_MAX_STAGES: u32 = 8;
 
-/// Threads that copy one token's K and V rows together, 16 bytes each: a warp instruction then
-/// reads whole 128-byte lines (four tokens' eight chunks). Four threads per token (half lines of
-/// eight tokens) asked the L2 for twice the requests per byte, which bound the H200 at 91-93 % of
-/// its L2 throughput with DRAM at 80 % (benchmarks/NOTES.md "v9"). Every supported row is at
-/// least 8 chunks per token (fp8 at head_dim 64: 64 + 64 bytes).
-const THREADS_PER_TOKEN: u32 = 8;
+/// Threads that copy one token's K and V rows together, 16 bytes each, for KV elements of
+/// `kv_bytes` bytes. 16-bit KV: eight, so that a warp instruction reads whole 128-byte lines (four
+/// tokens' eight chunks); four threads per token (half lines of eight tokens) asked the L2 for twice
+/// the requests per byte, which bound the H200 at 91-93 % of its L2 throughput with DRAM at 80 %
+/// (benchmarks/NOTES.md "v9"). fp8 KV: four. Its kernel is bound by instructions (the conversion
+/// to f16 operands), not by the L2, and eight threads per token doubled its copy passes (page-table
+/// lookups and address arithmetic): 4-5 % slower on the H200 (NOTES "v9", "v10"). Every supported
+/// row holds at least 8 chunks per token (fp8 at head_dim 64: 64 + 64 bytes).
+const fn threads_per_token(kv_bytes: u32) -> u32 {
+    if kv_bytes == 1 {
+        4
+    } else {
+        8
+    }
+}
 
 /// Keys per tile: 64 (four 16-key groups, one warp each), 32 at head_dim 256, where two warps
 /// share each group: 4 warps and 32 KiB stages, so that two blocks fit an SM (with 64-key tiles,
@@ -281,11 +290,13 @@ unsafe fn rpa_pipelined_on<
     let token_chunks: u32 = 2 * row_chunks;
     let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes, tile);
     let stages = p.pipe_stages;
-    // Copies per thread and token (an eighth of the token's chunks): 4 for 16-bit KV and D = 128,
-    // 8 for D = 256, 1 for fp8 at D = 64; passes of `threads / 8` tokens cover the tile.
+    // Copies per thread and token (`token_chunks / threads_per_token`): 4 for 16-bit KV at
+    // D = 128 (eight threads per token), 8 at D = 256, 4 for fp8 at D = 128 (four threads per
+    // token) and 2 at D = 64; passes of `threads / threads_per_token` tokens cover the tile.
     const COPIES: usize = 8;
-    let copies_per_token_thread = token_chunks / THREADS_PER_TOKEN;
-    let tokens_per_pass = threads / THREADS_PER_TOKEN;
+    let per_token = threads_per_token(kv_bytes);
+    let copies_per_token_thread = token_chunks / per_token;
+    let tokens_per_pass = threads / per_token;
     let passes = tile / tokens_per_pass;
 
     let tid = thread_idx_x();
@@ -325,11 +336,12 @@ unsafe fn rpa_pipelined_on<
     };
 
     // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
-    // Eight threads share a token: thread r of the eight copies chunks r, r + 8, r + 16, ... of
-    // its K-then-V span, so each warp instruction reads four whole 128-byte lines (four tokens),
-    // and a thread resolves one page-table entry per 16 tokens. Rows are stored swizzled for
-    // ldmatrix (`swizzled_chunk`).
-    let part0 = tid % THREADS_PER_TOKEN;
+    // `per_token` threads share a token: thread r of them copies chunks r, r + per_token, ... of
+    // its K-then-V span. With eight (16-bit KV) each warp instruction reads four whole 128-byte
+    // lines (four tokens) and a thread resolves one page-table entry per 16 tokens; with four
+    // (fp8), 64-byte halves of eight tokens' lines and one entry per 32 tokens. Rows are stored
+    // swizzled for ldmatrix (`swizzled_chunk`).
+    let part0 = tid % per_token;
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
     |i: u32, slot: u32, hint: CopyHint| {
@@ -339,7 +351,7 @@ unsafe fn rpa_pipelined_on<
             if pass as u32 >= passes {
                 return;
             }
-            let token = pass as u32 * tokens_per_pass + tid / THREADS_PER_TOKEN;
+            let token = pass as u32 * tokens_per_pass + tid / per_token;
             let (src, valid) = match page_of(tile_base + token) {
                 Some((page, in_page)) => {
                     let t = page as usize * p.page_size as usize + in_page as usize;
@@ -350,11 +362,11 @@ unsafe fn rpa_pipelined_on<
             let row = token * kv_row_bytes;
             unroll::<COPIES>(|c| {
                 if (c as u32) < copies_per_token_thread {
-                    let part = c as u32 * THREADS_PER_TOKEN + part0;
+                    let part = c as u32 * per_token + part0;
                     let (region, col) = (part / row_chunks, part % row_chunks);
                     let col = swizzled_chunk(col, token, row_chunks);
                     let dst = stage_base + region * tile * kv_row_bytes + row + col * 16;
-                    cp_async_16(dst, src.add(c * 16 * THREADS_PER_TOKEN as usize), valid, hint);
+                    cp_async_16(dst, src.add(c * 16 * per_token as usize), valid, hint);
                 }
             });
         });

@@ -296,6 +296,12 @@ pub const PIPE_STAGES_ENV_VAR: &str = "XGK_RPA_STAGES";
 /// merge kernel and no partials in the workspace.
 pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
 
+/// Environment variable setting the resident blocks per multiprocessor that the pipelined
+/// kernel's split model plans with (1 to 32; unset, empty or 0: the driver's occupancy figure for
+/// the kernel and its stages). An experiment's knob: it separates a stage count's residency from
+/// the split plan the extra residency would otherwise bring (benchmarks/NOTES.md "v10").
+pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -317,6 +323,8 @@ pub struct LaunchSettings {
     pub pipe_stages: u32,
     /// [`CLUSTER_MERGE_ENV_VAR`].
     pub cluster_merge: bool,
+    /// [`PLAN_BLOCKS_ENV_VAR`] (0: the kernel's occupancy).
+    pub plan_blocks: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -332,7 +340,8 @@ fn settings() -> Result<LaunchSettings> {
 
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
-/// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`] and [`CLUSTER_MERGE_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
+/// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`] and
+/// [`PLAN_BLOCKS_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -353,6 +362,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
             n => n,
         },
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
+        plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -736,7 +746,7 @@ fn plan_launch(
         }
     }
     let group = spec.num_q_heads / spec.num_kv_heads;
-    let (heads_per_block, threads, shared_bytes, stages) = match kernel {
+    let (heads_per_block, threads, mut shared_bytes, mut stages) = match kernel {
         KernelChoice::Pipelined => {
             let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
             let settings = settings()?;
@@ -767,28 +777,20 @@ fn plan_launch(
     let max_keys = spec.max_visited_keys();
     let (mut splits, mut split_len, cluster) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
-        let slots = module.resident_blocks(name, threads, shared_bytes)? as u64 * module.multiprocessors as u64;
         let settings = settings()?;
-        let model = |cluster_limit| {
-            choose_splits_by_waves(
-                blocks_per_split,
-                max_keys,
-                slots,
-                settings.min_split_tiles,
-                settings.merge_cost_keys,
-                cluster_limit,
-            )
-        };
-        let mut s = model(0);
-        if settings.cluster_merge && module.image.has_clusters() && s.splits > 1 {
-            // Clusters only where every cluster of the grid runs at once: a grid of clusters in
-            // rounds ran up to 1.6x slower than the same splits with the merge kernel on an H200
-            // (B4 x 2k: 32 clusters of 8 where 30 fit; benchmarks/NOTES.md "v9").
-            let clustered = model(MAX_CLUSTER_SPLITS);
-            if clustered.cluster
-                && blocks_per_split <= module.active_clusters(name, threads, shared_bytes, clustered.splits)? as u64
-            {
-                s = clustered;
+        let (mut s, waves) =
+            plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
+        let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
+        if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
+            // A long grid: two stages, where they give more resident blocks (benchmarks/NOTES.md
+            // "v10": on an H200 three blocks of two stages against two of three ran 256 x 512
+            // 7 % faster, 256 x 8k 3 %, 64 x 32k 1.4 %, the Zipf batch 9 %, and 5-40 % slower on
+            // grids of one or two waves).
+            let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
+            if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
+                (stages, shared_bytes) = (2, two);
+                s = plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?
+                    .0;
             }
         }
         (s.splits, s.split_len, s.cluster)
@@ -818,6 +820,54 @@ fn plan_launch(
         split_len,
         cluster,
     }))
+}
+
+/// Waves of resident blocks (by the split model, at the default stage count) from which the
+/// 16-bit pipelined kernel takes two stages for more resident blocks per SM.
+const LONG_GRID_WAVES: u64 = 7;
+
+/// The pipelined kernel's key splits for its block (`threads`, `shared_bytes`), and the waves of
+/// resident blocks the grid then takes: the split model over the device's resident blocks (or
+/// [`PLAN_BLOCKS_ENV_VAR`]'s), merged in clusters where the model prefers it and every cluster
+/// of the grid runs at once.
+fn plan_pipelined_splits(
+    module: &ContextModule,
+    settings: &LaunchSettings,
+    name: &'static str,
+    threads: u32,
+    shared_bytes: u32,
+    blocks_per_split: u64,
+    max_keys: u32,
+) -> Result<(PipelinedSplits, u64)> {
+    let resident = match settings.plan_blocks {
+        0 => module.resident_blocks(name, threads, shared_bytes)?,
+        n => n,
+    };
+    let slots = resident as u64 * module.multiprocessors as u64;
+    let model = |cluster_limit| {
+        choose_splits_by_waves(
+            blocks_per_split,
+            max_keys,
+            slots,
+            settings.min_split_tiles,
+            settings.merge_cost_keys,
+            cluster_limit,
+        )
+    };
+    let mut s = model(0);
+    if settings.cluster_merge && module.image.has_clusters() && s.splits > 1 {
+        // Clusters only where every cluster of the grid runs at once: a grid of clusters in
+        // rounds ran up to 1.6x slower than the same splits with the merge kernel on an H200
+        // (B4 x 2k: 32 clusters of 8 where 30 fit; benchmarks/NOTES.md "v9").
+        let clustered = model(MAX_CLUSTER_SPLITS);
+        if clustered.cluster
+            && blocks_per_split <= module.active_clusters(name, threads, shared_bytes, clustered.splits)? as u64
+        {
+            s = clustered;
+        }
+    }
+    let waves = (blocks_per_split * s.splits as u64).div_ceil(slots.max(1));
+    Ok((s, waves))
 }
 
 /// K/V bytes in flight per SM that the pipelined kernel needs to stream at the copy bandwidth:
