@@ -15,11 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::result as cu;
-use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUfunction, CUmodule, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUmodule, CUstream};
 
 use crate::error::{Error, Result};
 
 pub use cudarc::driver::sys::CUstream as Stream;
+pub use cudarc::driver::sys::CUfunction;
 
 /// Every driver entry point the library calls (through cudarc, which looks each up on first use
 /// and panics when one is missing): checked once, up front, so an older or partial driver is a
@@ -443,6 +444,27 @@ impl ContextModule {
         programmatic: bool,
     ) -> Result<()> {
         let f = self.function_with_shared(kernel, cfg.shared_bytes)?;
+        // SAFETY: `f` is this module's `kernel`, allowed `cfg.shared_bytes`; the rest as the
+        // caller promised.
+        unsafe { self.launch_function(stream, f, cfg, cluster_z, args, programmatic) }
+    }
+
+    /// [`Self::launch_in_clusters`] of a kernel looked up before ([`Self::function_with_shared`]):
+    /// callers that launch the same kernels call after call keep the handles (the attention
+    /// op's cached plans) and skip the lookup.
+    ///
+    /// # Safety
+    /// As [`Self::launch_in_clusters`]; `f` must come from this module's
+    /// [`Self::function_with_shared`] with at least `cfg.shared_bytes`.
+    pub unsafe fn launch_function(
+        &self,
+        stream: CUstream,
+        f: CUfunction,
+        cfg: LaunchConfig,
+        cluster_z: u32,
+        args: &mut [*mut c_void],
+        programmatic: bool,
+    ) -> Result<()> {
         let _guard = ContextGuard::push(self.context)?;
         let programmatic = programmatic && self.programmatic_launch;
         if programmatic || cluster_z > 1 {
@@ -700,10 +722,26 @@ impl TiledTensorMap {
     }
 }
 
-/// Builds the `void**` argument array of `cuLaunchKernel` from typed values.
-#[derive(Default)]
+/// Most parameters of a kernel launched through [`KernelArgs`].
+const MAX_KERNEL_ARGS: usize = 16;
+/// Bytes of parameter values [`KernelArgs`] holds (the largest launch: six pointers, a plan
+/// pointer, the parameter struct and a 128-byte tensor map).
+const KERNEL_ARG_WORDS: usize = 64;
+
+/// Builds the `void**` argument array of `cuLaunchKernel` from typed values, in place: a launch
+/// allocates nothing (the values are copied into an inline, 8-byte-aligned buffer).
 pub struct KernelArgs {
-    storage: Vec<Box<[u8]>>,
+    words: [u64; KERNEL_ARG_WORDS],
+    /// Word offset of each parameter.
+    offsets: [usize; MAX_KERNEL_ARGS],
+    len: usize,
+    used_words: usize,
+}
+
+impl Default for KernelArgs {
+    fn default() -> Self {
+        KernelArgs { words: [0; KERNEL_ARG_WORDS], offsets: [0; MAX_KERNEL_ARGS], len: 0, used_words: 0 }
+    }
 }
 
 impl KernelArgs {
@@ -711,35 +749,100 @@ impl KernelArgs {
         Self::default()
     }
 
-    /// Appends a by-value parameter (a pointer, a scalar, or a `#[repr(C)]` struct of scalars).
+    /// Appends a by-value parameter (a pointer, a scalar, or a `#[repr(C)]` struct of scalars)
+    /// at the next 8-byte boundary.
+    ///
+    /// # Panics
+    /// Past [`MAX_KERNEL_ARGS`] parameters or [`KERNEL_ARG_WORDS`] words of values: the kernels'
+    /// parameter lists are fixed and far smaller, so either is a bug here.
     pub fn push<T: Copy>(&mut self, value: T) -> &mut Self {
-        let bytes =
-            // SAFETY: reading the bytes of a Copy value we own.
-            unsafe { std::slice::from_raw_parts(&value as *const T as *const u8, std::mem::size_of::<T>()) };
-        // Over-allocate to keep 8-byte alignment of every parameter copy.
-        let mut buf = vec![0u8; bytes.len().max(8) + 8].into_boxed_slice();
-        let offset = buf.as_ptr().align_offset(8);
-        buf[offset..offset + bytes.len()].copy_from_slice(bytes);
-        self.storage.push(buf);
+        let size = std::mem::size_of::<T>();
+        let words = size.div_ceil(8).max(1);
+        assert!(
+            self.len < MAX_KERNEL_ARGS && self.used_words + words <= KERNEL_ARG_WORDS,
+            "a kernel launch has more parameters than KernelArgs holds"
+        );
+        assert!(std::mem::align_of::<T>() <= 8, "kernel parameters are at most 8-byte aligned");
+        // SAFETY: the destination holds `words * 8 >= size` bytes inside `self.words` (checked
+        // above) and does not overlap `value`; a byte copy of a Copy value.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                &value as *const T as *const u8,
+                self.words.as_mut_ptr().add(self.used_words) as *mut u8,
+                size,
+            );
+        }
+        self.offsets[self.len] = self.used_words;
+        self.len += 1;
+        self.used_words += words;
         self
     }
 
-    /// Pointers to each parameter, valid while `self` lives and is not pushed to.
-    pub fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.storage
-            .iter_mut()
-            .map(|b| {
-                let offset = b.as_ptr().align_offset(8);
-                // SAFETY: offset is inside the buffer by construction.
-                unsafe { b.as_mut_ptr().add(offset) as *mut c_void }
-            })
-            .collect()
+    /// Pointers to each parameter, for the launch: valid while `self` is borrowed by them (it
+    /// cannot move or be pushed to meanwhile).
+    pub fn pointers(&mut self) -> ArgPointers<'_> {
+        let mut pointers = [std::ptr::null_mut(); MAX_KERNEL_ARGS];
+        let base = self.words.as_mut_ptr();
+        for (p, &offset) in pointers.iter_mut().zip(&self.offsets[..self.len]) {
+            // SAFETY: every offset lies inside `words` (push checked it).
+            *p = unsafe { base.add(offset) } as *mut c_void;
+        }
+        ArgPointers { pointers, len: self.len, _args: std::marker::PhantomData }
+    }
+}
+
+/// The `void**` argument array of one launch, borrowing the [`KernelArgs`] it points into.
+pub struct ArgPointers<'a> {
+    pointers: [*mut c_void; MAX_KERNEL_ARGS],
+    len: usize,
+    _args: std::marker::PhantomData<&'a mut KernelArgs>,
+}
+
+impl std::ops::Deref for ArgPointers<'_> {
+    type Target = [*mut c_void];
+    fn deref(&self) -> &[*mut c_void] {
+        &self.pointers[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for ArgPointers<'_> {
+    fn deref_mut(&mut self) -> &mut [*mut c_void] {
+        &mut self.pointers[..self.len]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::PtxImage;
+
+    #[test]
+    fn kernel_args_point_at_aligned_copies_of_each_value() {
+        #[derive(Clone, Copy)]
+        #[repr(C)]
+        struct Params {
+            a: u32,
+            b: f32,
+            c: [u64; 3],
+        }
+        let mut args = super::KernelArgs::new();
+        args.push(7u32).push(0x1234_5678_9abc_def0u64).push(Params { a: 1, b: 2.5, c: [3, 4, 5] }).push([9u64; 16]);
+        let p = args.pointers();
+        assert_eq!(p.len(), 4);
+        assert!(p.iter().all(|q| (*q as usize).is_multiple_of(8)));
+        // SAFETY: each pointer points at a copy of the value pushed in its place.
+        unsafe {
+            assert_eq!(*(p[0] as *const u32), 7);
+            assert_eq!(*(p[1] as *const u64), 0x1234_5678_9abc_def0);
+            let params = &*(p[2] as *const Params);
+            assert_eq!((params.a, params.b, params.c), (1, 2.5, [3, 4, 5]));
+            assert_eq!(*(p[3] as *const [u64; 16]), [9; 16]);
+        }
+        // The largest launch (the warp-specialized plan kernel: three pointers, the parameters
+        // and the KV tensor map; the attention kernels: nine pointers and the parameters) fits.
+        let params = std::mem::size_of::<kernels_gpu::attention::RpaParams>().div_ceil(8);
+        let map = std::mem::size_of::<kernels_gpu::tma::TensorMapImage>().div_ceil(8);
+        assert!(3 + params + map <= super::KERNEL_ARG_WORDS && 9 + params <= super::KERNEL_ARG_WORDS);
+    }
 
     #[test]
     fn images_run_where_the_driver_can_load_them() {

@@ -233,26 +233,22 @@ impl<'a> Call<'a> {
 
     /// Names of all attributes.
     pub fn attribute_names(&self) -> Vec<String> {
-        let attrs = &self.frame.attrs;
-        (0..attrs.size.max(0) as usize)
-            .map(|i| {
-                // SAFETY: XLA provides `size` name spans.
-                unsafe { span_str(&**attrs.names.add(i)) }.to_string()
-            })
-            .collect()
+        self.attribute_name_bytes().map(|n| String::from_utf8_lossy(n).into_owned()).collect()
+    }
+
+    /// Names of all attributes as XLA passes them (bytes, no copies): the per-call lookups
+    /// compare bytes, with no allocation or UTF-8 check.
+    fn attribute_name_bytes(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let attrs: &'a Attrs = &self.frame.attrs;
+        // SAFETY: XLA provides `size` name spans, valid for the call's duration.
+        (0..attrs.size.max(0) as usize).map(move |i| unsafe { span_bytes(&**attrs.names.add(i)) })
     }
 
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
         let attrs = &self.frame.attrs;
-        for i in 0..attrs.size.max(0) as usize {
-            // SAFETY: XLA provides `size` names, types and values.
-            unsafe {
-                if span_str(&**attrs.names.add(i)) == name {
-                    return Some((*attrs.types.add(i), *attrs.attrs.add(i)));
-                }
-            }
-        }
-        None
+        let i = self.attribute_name_bytes().position(|n| n == name.as_bytes())?;
+        // SAFETY: XLA provides `size` types and values; `i` is below it.
+        unsafe { Some((*attrs.types.add(i), *attrs.attrs.add(i))) }
     }
 
     fn scalar(&self, name: &str) -> Result<Option<(DType, *mut c_void)>> {
@@ -302,9 +298,10 @@ impl<'a> Call<'a> {
 
     /// Rejects attributes outside `known` (catches typos such as `sm_scal`).
     pub fn only_attributes(&self, op: &str, known: &[&str]) -> Result<()> {
-        for name in self.attribute_names() {
-            if !known.contains(&name.as_str()) {
+        for name in self.attribute_name_bytes() {
+            if !known.iter().any(|k| k.as_bytes() == name) {
                 let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                let name = String::from_utf8_lossy(name);
                 return Err(Error::invalid(format!("{op}: unknown attribute '{name}'; known: {known}")));
             }
         }
@@ -353,11 +350,15 @@ unsafe fn read_int(dtype: DType, v: *mut c_void) -> Option<i64> {
     })
 }
 
-unsafe fn span_str<'a>(span: &ByteSpan) -> &'a str {
+/// The bytes of an XLA byte span (empty for a NULL one).
+///
+/// # Safety
+/// A non-null `span.ptr` must point at `span.len` bytes that stay valid for `'a`.
+unsafe fn span_bytes<'a>(span: &ByteSpan) -> &'a [u8] {
     if span.ptr.is_null() {
-        return "";
+        return &[];
     }
-    std::str::from_utf8(std::slice::from_raw_parts(span.ptr, span.len)).unwrap_or("<non-utf8>")
+    std::slice::from_raw_parts(span.ptr, span.len)
 }
 
 unsafe fn buffer_at<'a>(list: &Args, i: usize, what: &str) -> Result<TensorRef<'a>> {

@@ -24,7 +24,7 @@ use crate::dtype::DType;
 use crate::ensure;
 use crate::error::Result;
 use crate::ops::aligned;
-use crate::runtime::{ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap};
+use crate::runtime::{ContextModule, CUfunction, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap};
 
 /// Device pointers of one call, in the contract's order, plus the output.
 #[derive(Clone, Copy, Debug)]
@@ -366,6 +366,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
+    SETTINGS_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
     Ok(s)
 }
 
@@ -412,10 +413,33 @@ impl PlanKey {
     }
 }
 
+/// A launch plan with its kernels' handles, in [`LaunchPlan::kernels`]' order (each allowed
+/// the plan's shared memory): launches from it look nothing up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ResolvedPlan {
+    plan: LaunchPlan,
+    functions: [usize; 2],
+}
+
+impl ResolvedPlan {
+    fn new(module: &ContextModule, spec: &PagedAttention, plan: LaunchPlan) -> Result<Self> {
+        let mut functions = [0usize; 2];
+        for (slot, (name, shared_bytes)) in functions.iter_mut().zip(plan.kernels(spec)) {
+            *slot = module.function_with_shared(name, shared_bytes)? as usize;
+        }
+        Ok(ResolvedPlan { plan, functions })
+    }
+
+    /// Handle of the plan's kernel `i` ([`LaunchPlan::kernels`]' order).
+    fn function(&self, i: usize) -> CUfunction {
+        self.functions[i] as CUfunction
+    }
+}
+
 /// Launch plans by [`PlanKey`]: deciding one (split model, occupancy lookups) costs more than the
 /// launch itself, and a serving process sees a handful of shapes. Bounded: cleared when full.
-fn plan_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PlanKey, LaunchPlan>> {
-    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PlanKey, LaunchPlan>>> =
+fn plan_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PlanKey, ResolvedPlan>> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PlanKey, ResolvedPlan>>> =
         std::sync::OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
@@ -423,24 +447,47 @@ fn plan_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PlanKey, 
 /// Most plans kept (a process with more shapes recomputes; still correct).
 const PLAN_CACHE_ENTRIES: usize = 4096;
 
-/// [`plan_launch`], cached. `module` lives as long as the process (modules are never dropped), so
-/// its address identifies the device.
+/// Bumped by [`reload_settings`]: a thread's [`LAST_PLAN`] holds only for the settings it was
+/// made under.
+static SETTINGS_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// The plan of this thread's last call (with its key and settings generation): a model's
+    /// layers call the op with the same shapes one after another, so most calls find their plan
+    /// here, with no lock and no hashing (host cost per call, issue 9).
+    static LAST_PLAN: std::cell::Cell<Option<(u64, PlanKey, ResolvedPlan)>> = const { std::cell::Cell::new(None) };
+}
+
+/// [`plan_launch`], cached, with its kernels resolved. `module` lives as long as the process
+/// (modules are never dropped), so its address identifies the device.
 fn cached_plan(
     module: &ContextModule,
     spec: &PagedAttention,
     choice: KernelChoice,
     limit: Option<usize>,
-) -> Result<LaunchPlan> {
+) -> Result<ResolvedPlan> {
     let key = PlanKey::new(module, spec, choice, limit);
-    if let Some(plan) = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(*plan);
+    // Read before any plan is looked up or made, so a reload meanwhile leaves the memo stale.
+    let generation = SETTINGS_GENERATION.load(std::sync::atomic::Ordering::Acquire);
+    if let Some((g, k, plan)) = LAST_PLAN.with(|last| last.get()) {
+        if g == generation && k == key {
+            return Ok(plan);
+        }
     }
-    let plan = plan_launch(module, spec, choice, limit)?;
-    let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
-    if cache.len() >= PLAN_CACHE_ENTRIES {
-        cache.clear();
-    }
-    cache.insert(key, plan);
+    let cached = plan_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+    let plan = match cached {
+        Some(plan) => plan,
+        None => {
+            let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit)?)?;
+            let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= PLAN_CACHE_ENTRIES {
+                cache.clear();
+            }
+            cache.insert(key, plan);
+            plan
+        }
+    };
+    LAST_PLAN.with(|last| last.set(Some((generation, key, plan))));
     Ok(plan)
 }
 
@@ -979,8 +1026,8 @@ pub unsafe fn launch_cuda_with(
         return Ok(());
     }
     let module = kernels.for_stream(stream)?;
-    let plan = cached_plan(&module, spec, choice, limit)?;
-    let needed = plan.scratch_bytes(spec);
+    let resolved = cached_plan(&module, spec, choice, limit)?;
+    let needed = resolved.plan.scratch_bytes(spec);
     let (scratch, owned) = match bufs.workspace {
         _ if needed == 0 => (0, None),
         Workspace::Given { ptr, .. } => (ptr, None),
@@ -989,9 +1036,9 @@ pub unsafe fn launch_cuda_with(
             (s.ptr(), Some(s))
         }
     };
-    let launched = match plan {
-        LaunchPlan::Tiled(t) => launch_tiled(&module, stream, spec, bufs, scratch, t),
-        LaunchPlan::Direct(d) => launch_direct(&module, stream, spec, bufs, scratch, d),
+    let launched = match resolved.plan {
+        LaunchPlan::Tiled(t) => launch_tiled(&module, stream, spec, bufs, scratch, t, &resolved),
+        LaunchPlan::Direct(d) => launch_direct(&module, stream, spec, bufs, scratch, d, &resolved),
     };
     // Free even when a launch failed, so an error does not leak device memory.
     let freed = owned.map_or(Ok(()), |s| s.free());
@@ -1020,6 +1067,7 @@ unsafe fn launch_direct(
     bufs: DeviceBuffers,
     scratch: u64,
     l: DirectPlan,
+    resolved: &ResolvedPlan,
 ) -> Result<()> {
     let settings = settings()?;
     let mut params = spec.kernel_params(l.splits, l.split_len);
@@ -1041,7 +1089,8 @@ unsafe fn launch_direct(
         shared_bytes: l.shared_bytes,
     };
     let cluster_z = if l.cluster { l.splits } else { 1 };
-    module.launch_in_clusters(stream, l.name, cfg, cluster_z, &mut args.pointers(), settings.programmatic)?;
+    // SAFETY: the plan's kernel 0 is `l.name`, allowed `l.shared_bytes`; arguments as it takes them.
+    module.launch_function(stream, resolved.function(0), cfg, cluster_z, &mut args.pointers(), settings.programmatic)?;
     if l.splits <= 1 || l.cluster {
         return Ok(());
     }
@@ -1049,7 +1098,8 @@ unsafe fn launch_direct(
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
     let cfg =
         LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
-    module.launch(stream, combine_kernel(spec), cfg, &mut args.pointers(), settings.programmatic)
+    // SAFETY: the plan's kernel 1 is the merge kernel (no dynamic shared memory).
+    module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
 /// The split-KV merge kernel for q's dtype.
@@ -1088,6 +1138,7 @@ unsafe fn launch_tiled(
     bufs: DeviceBuffers,
     plan: u64,
     t: TiledPlan,
+    resolved: &ResolvedPlan,
 ) -> Result<()> {
     let settings = settings()?;
     // The tile kernels' copies take a fixed L2 hint: `copy_hint` stays 0.
@@ -1106,12 +1157,14 @@ unsafe fn launch_tiled(
         args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
     }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
-    module.launch(stream, t.plan_kernel(), cfg, &mut args.pointers(), settings.programmatic)?;
+    // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
+    module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
     let cfg = LaunchConfig { grid: (grid.0, grid.1, 1), block: (t.threads, 1, 1), shared_bytes: t.shared_bytes };
-    module.launch(stream, t.name, cfg, &mut args.pointers(), settings.programmatic)
+    // SAFETY: the plan's kernel 1 is `t.name`, allowed `t.shared_bytes`.
+    module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
 /// The tile kernel's grid (x, y). The mma.sync and wgmma tile kernels: one block per (plan item,
