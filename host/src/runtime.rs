@@ -19,8 +19,8 @@ use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUmodule, CUstrea
 
 use crate::error::{Error, Result};
 
-pub use cudarc::driver::sys::CUstream as Stream;
 pub use cudarc::driver::sys::CUfunction;
+pub use cudarc::driver::sys::CUstream as Stream;
 
 /// Every driver entry point the library calls (through cudarc, which looks each up on first use
 /// and panics when one is missing): checked once, up front, so an older or partial driver is a

@@ -24,7 +24,7 @@ use crate::dtype::DType;
 use crate::ensure;
 use crate::error::Result;
 use crate::ops::aligned;
-use crate::runtime::{ContextModule, CUfunction, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap};
+use crate::runtime::{CUfunction, ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap};
 
 /// Device pointers of one call, in the contract's order, plus the output.
 #[derive(Clone, Copy, Debug)]
@@ -829,15 +829,12 @@ fn plan_launch(
             plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
         let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
         if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
-            // A long grid: two stages, where they give more resident blocks (benchmarks/NOTES.md
-            // "v10": on an H200 three blocks of two stages against two of three ran 256 x 512
-            // 7 % faster, 256 x 8k 3 %, 64 x 32k 1.4 %, the Zipf batch 9 %, and 5-40 % slower on
-            // grids of one or two waves).
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
             if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
-                (stages, shared_bytes) = (2, two);
-                s = plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?
-                    .0;
+                let s2 = plan_pipelined_splits(module, &settings, name, threads, two, blocks_per_split, max_keys)?.0;
+                if long_grid_takes_two_stages(s.splits, waves, s2.splits) {
+                    (stages, shared_bytes, s) = (2, two, s2);
+                }
             }
         }
         (s.splits, s.split_len, s.cluster)
@@ -872,6 +869,18 @@ fn plan_launch(
 /// Waves of resident blocks (by the split model, at the default stage count) from which the
 /// 16-bit pipelined kernel takes two stages for more resident blocks per SM.
 const LONG_GRID_WAVES: u64 = 7;
+
+/// Whether the 16-bit pipelined kernel takes two stages (more resident blocks per SM) over its
+/// default: `splits` and `waves` of the default's plan, `two_stage_splits` of the plan with two
+/// stages' residency. Long grids only (benchmarks/NOTES.md "v10": on an H200 three blocks of two
+/// stages against two of three ran 256 x 512 6 % faster, 256 x 8k 3 %, 64 x 32k 1 %, G3 64 x 8k
+/// 2.5 %, the Zipf batch 9 %, and 5-45 % slower on grids of one to four waves), and not where the
+/// default plan needs no merge and the two-stage one would split: the merge kernel and the
+/// partials' round trip through memory then cost more than the residency gains (256 x 2k: 2 %
+/// slower).
+pub fn long_grid_takes_two_stages(splits: u32, waves: u64, two_stage_splits: u32) -> bool {
+    waves >= LONG_GRID_WAVES && (splits > 1 || two_stage_splits == 1)
+}
 
 /// The pipelined kernel's key splits for its block (`threads`, `shared_bytes`), and the waves of
 /// resident blocks the grid then takes: the split model over the device's resident blocks (or
@@ -1090,7 +1099,14 @@ unsafe fn launch_direct(
     };
     let cluster_z = if l.cluster { l.splits } else { 1 };
     // SAFETY: the plan's kernel 0 is `l.name`, allowed `l.shared_bytes`; arguments as it takes them.
-    module.launch_function(stream, resolved.function(0), cfg, cluster_z, &mut args.pointers(), settings.programmatic)?;
+    module.launch_function(
+        stream,
+        resolved.function(0),
+        cfg,
+        cluster_z,
+        &mut args.pointers(),
+        settings.programmatic,
+    )?;
     if l.splits <= 1 || l.cluster {
         return Ok(());
     }
@@ -1329,6 +1345,31 @@ mod tests {
         assert_eq!(pick(128, 512, slots, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS), (2, 256));
         // A merge priced above the whole context: no split.
         assert_eq!(pick(8, 512, slots, DEFAULT_MIN_SPLIT_TILES, 512), (1, 512));
+    }
+
+    #[test]
+    fn long_grids_take_two_stages_unless_that_adds_a_merge() {
+        // An H200: 132 SMs, two blocks of three stages or three of two; G1's 8 KV heads.
+        let (sms, heads) = (132u64, 8u64);
+        let take = |rows: u64, keys: u32| {
+            let plan = |blocks: u64| {
+                let slots = blocks * sms;
+                let s = choose_splits_by_waves(rows * heads, keys, slots, 1, DEFAULT_MERGE_COST_KEYS, 0);
+                (s.splits, (rows * heads * s.splits as u64).div_ceil(slots))
+            };
+            let ((splits, waves), (two_splits, _)) = (plan(2), plan(3));
+            long_grid_takes_two_stages(splits, waves, two_splits)
+        };
+        // Measured faster with two stages: 256 x 512 (one split either way), 256 x 8k and 64 x
+        // 32k (split either way).
+        assert!(take(256, 512) && take(256, 8192) && take(64, 32768));
+        // Measured slower: 256 x 2k (the two-stage plan would add a merge), and the short grids.
+        assert!(!take(256, 2048));
+        for (rows, keys) in
+            [(64, 512), (64, 2048), (64, 8192), (128, 2048), (32, 4096), (16, 8192), (4, 32768), (1, 32768)]
+        {
+            assert!(!take(rows, keys), "{rows} x {keys}");
+        }
     }
 
     #[test]
