@@ -868,16 +868,16 @@ fn plan_launch(
 
 /// Waves of resident blocks (by the split model, at the default stage count) from which the
 /// 16-bit pipelined kernel takes two stages for more resident blocks per SM.
-const LONG_GRID_WAVES: u64 = 7;
+const LONG_GRID_WAVES: u64 = 4;
 
 /// Whether the 16-bit pipelined kernel takes two stages (more resident blocks per SM) over its
 /// default: `splits` and `waves` of the default's plan, `two_stage_splits` of the plan with two
-/// stages' residency. Long grids only (benchmarks/NOTES.md "v10": on an H200 three blocks of two
-/// stages against two of three ran 256 x 512 6 % faster, 256 x 8k 3 %, 64 x 32k 1 %, G3 64 x 8k
-/// 2.5 %, the Zipf batch 9 %, and 5-45 % slower on grids of one to four waves), and not where the
-/// default plan needs no merge and the two-stage one would split: the merge kernel and the
-/// partials' round trip through memory then cost more than the residency gains (256 x 2k: 2 %
-/// slower).
+/// stages' residency. Grids of several waves only (benchmarks/NOTES.md "v10": on an H200 three
+/// blocks of two stages against two of three ran 256 x 512 6 % faster, 256 x 8k 3 %, 64 x 32k
+/// 1 %, G3 64 x 8k 2.5 %, the uneven batches 9-11 %, and 5-45 % slower on grids of one to two
+/// waves), and not where the default plan needs no merge and the two-stage one would split: the
+/// merge kernel and the partials' round trip through memory then cost more than the residency
+/// gains (256 x 2k: 2 % slower, 128 x 2k 6 %).
 pub fn long_grid_takes_two_stages(splits: u32, waves: u64, two_stage_splits: u32) -> bool {
     waves >= LONG_GRID_WAVES && (splits > 1 || two_stage_splits == 1)
 }
@@ -1363,8 +1363,11 @@ mod tests {
         // Measured faster with two stages: 256 x 512 (one split either way), 256 x 8k and 64 x
         // 32k (split either way).
         assert!(take(256, 512) && take(256, 8192) && take(64, 32768));
-        // Measured slower: 256 x 2k (the two-stage plan would add a merge), and the short grids.
-        assert!(!take(256, 2048));
+        // The uneven B64 batch of lengths up to 16k (planned as 64 x 16k: two splits, four waves).
+        assert!(take(64, 16384));
+        // Measured slower: 256 x 2k and 128 x 2k (the two-stage plan would add a merge), and the
+        // short grids.
+        assert!(!take(256, 2048) && !take(128, 2048));
         for (rows, keys) in
             [(64, 512), (64, 2048), (64, 8192), (128, 2048), (32, 4096), (16, 8192), (4, 32768), (1, 32768)]
         {
