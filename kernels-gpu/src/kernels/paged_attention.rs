@@ -353,6 +353,45 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
 /// per kernel and checks that a cluster of the launch's blocks fits a GPC).
 pub const MAX_CLUSTER_SPLITS: u32 = 16;
 
+/// The softmax-weighted merge of one output element's split partials: each split's partial is
+/// normalized over its own keys and carries their log-sum-exp; against the largest of those
+/// (`m_all`), split `s` weighs `exp(lse_s - m_all)`. Splits that saw no key (`lse` = -inf) weigh
+/// nothing, and an element no split saw merges to 0. Shared by the merge kernel (partials in
+/// global memory) and the cluster merge (partials in the cluster's shared memory).
+struct SplitMerge {
+    m_all: f32,
+    o: f32,
+    wsum: f32,
+}
+
+impl SplitMerge {
+    /// A merge against `m_all`, the largest log-sum-exp among the splits.
+    #[inline(always)]
+    fn new(m_all: f32) -> Self {
+        SplitMerge { m_all, o: 0.0, wsum: 0.0 }
+    }
+
+    /// Adds a split of log-sum-exp `lse`; its partial (`part`) is read only when it weighs.
+    #[inline(always)]
+    fn add(&mut self, lse: f32, part: impl FnOnce() -> f32) {
+        if self.m_all != f32::NEG_INFINITY && lse != f32::NEG_INFINITY {
+            let w = exp2_approx((lse - self.m_all) * LOG2_E);
+            self.wsum += w;
+            self.o += w * part();
+        }
+    }
+
+    /// The merged value.
+    #[inline(always)]
+    fn value(&self) -> f32 {
+        if self.wsum > 0.0 {
+            self.o / self.wsum
+        } else {
+            0.0
+        }
+    }
+}
+
 /// Merges the splits of one (row, head chunk) whose blocks form one thread-block cluster (grid
 /// z = the splits = the cluster), instead of [`rpa_combine`] over partials in global memory: no
 /// second kernel, no partials leaving the chip. Every block has left its split's normalized
@@ -396,18 +435,10 @@ unsafe fn merge_cluster_splits<Q: Element, KV>(
         });
         let mut m_all = f32::NEG_INFINITY;
         unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| m_all = max_f32(m_all, lse[s]));
-        let (mut o, mut wsum) = (0.0f32, 0.0f32);
-        if m_all != f32::NEG_INFINITY {
-            unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| {
-                if lse[s] != f32::NEG_INFINITY {
-                    let w = exp2_approx((lse[s] - m_all) * LOG2_E);
-                    wsum += w;
-                    o += w * part[s];
-                }
-            });
-        }
+        let mut merge = SplitMerge::new(m_all);
+        unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| merge.add(lse[s], || part[s]));
         let row = blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + hh;
-        *ptr.out.add(row * d + dim) = Q::from_f32(if wsum > 0.0 { o / wsum } else { 0.0 });
+        *ptr.out.add(row * d + dim) = Q::from_f32(merge.value());
         idx += splits * threads;
     }
     crate::cluster::sync();
@@ -433,19 +464,12 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
     }
     let mut dim = thread_idx_x() as usize;
     while dim < d {
-        let mut o = 0.0f32;
-        let mut wsum = 0.0f32;
-        if m_all != f32::NEG_INFINITY {
-            for s in 0..p.num_splits as usize {
-                let lse = *part_lse.add(s * rows_per_split + row);
-                if lse != f32::NEG_INFINITY {
-                    let w = exp2_approx((lse - m_all) * LOG2_E);
-                    wsum += w;
-                    o += w * *part_o.add((s * rows_per_split + row) * d + dim);
-                }
-            }
+        let mut merge = SplitMerge::new(m_all);
+        for s in 0..p.num_splits as usize {
+            let lse = *part_lse.add(s * rows_per_split + row);
+            merge.add(lse, || *part_o.add((s * rows_per_split + row) * d + dim));
         }
-        *out.add(row * d + dim) = Q::from_f32(if wsum > 0.0 { o / wsum } else { 0.0 });
+        *out.add(row * d + dim) = Q::from_f32(merge.value());
         dim += RPA_THREADS as usize;
     }
 }
