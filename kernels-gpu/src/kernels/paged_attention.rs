@@ -356,8 +356,9 @@ pub const MAX_CLUSTER_SPLITS: u32 = 16;
 /// The softmax-weighted merge of one output element's split partials: each split's partial is
 /// normalized over its own keys and carries their log-sum-exp; against the largest of those
 /// (`m_all`), split `s` weighs `exp(lse_s - m_all)`. Splits that saw no key (`lse` = -inf) weigh
-/// nothing, and an element no split saw merges to 0. Shared by the merge kernel (partials in
-/// global memory) and the cluster merge (partials in the cluster's shared memory).
+/// nothing, and an element no split saw merges to 0 (then `m_all` is -inf too, being the largest
+/// lse, so no weight is ever computed against it). Shared by the merge kernel (partials in global
+/// memory) and the cluster merge (partials in the cluster's shared memory).
 struct SplitMerge {
     m_all: f32,
     o: f32,
@@ -365,7 +366,8 @@ struct SplitMerge {
 }
 
 impl SplitMerge {
-    /// A merge against `m_all`, the largest log-sum-exp among the splits.
+    /// A merge against `m_all`, the largest log-sum-exp among the splits (every `lse` added
+    /// must be at most `m_all`).
     #[inline(always)]
     fn new(m_all: f32) -> Self {
         SplitMerge { m_all, o: 0.0, wsum: 0.0 }
@@ -374,7 +376,7 @@ impl SplitMerge {
     /// Adds a split of log-sum-exp `lse`; its partial (`part`) is read only when it weighs.
     #[inline(always)]
     fn add(&mut self, lse: f32, part: impl FnOnce() -> f32) {
-        if self.m_all != f32::NEG_INFINITY && lse != f32::NEG_INFINITY {
+        if lse != f32::NEG_INFINITY {
             let w = exp2_approx((lse - self.m_all) * LOG2_E);
             self.wsum += w;
             self.o += w * part();
