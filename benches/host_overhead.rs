@@ -260,6 +260,30 @@ fn cuda_calls(c: &mut Criterion) {
             })
         })
     });
+    // The same launch through cuLaunchKernelEx with the programmatic-stream-serialization
+    // attribute, as the attention kernels are launched on Hopper: the driver's own price of it.
+    g.bench_function("cu_launch_kernel_ex_programmatic_floor", |b| {
+        b.iter_custom(|iters| {
+            time_bursts(&stream, iters, || unsafe {
+                let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+                attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+                attr.value.programmaticStreamSerializationAllowed = 1;
+                let config = sys::CUlaunchConfig {
+                    gridDimX: 1,
+                    gridDimY: 1,
+                    gridDimZ: 1,
+                    blockDimX: 256,
+                    blockDimY: 1,
+                    blockDimZ: 1,
+                    sharedMemBytes: 0,
+                    hStream: raw_stream,
+                    attrs: &mut attr,
+                    numAttrs: 1,
+                };
+                sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result().unwrap()
+            })
+        })
+    });
     g.finish();
 }
 
