@@ -356,9 +356,8 @@ pub const MAX_CLUSTER_SPLITS: u32 = 16;
 /// The softmax-weighted merge of one output element's split partials: each split's partial is
 /// normalized over its own keys and carries their log-sum-exp; against the largest of those
 /// (`m_all`), split `s` weighs `exp(lse_s - m_all)`. Splits that saw no key (`lse` = -inf) weigh
-/// nothing, and an element no split saw merges to 0 (then `m_all` is -inf too, being the largest
-/// lse, so no weight is ever computed against it). Shared by the merge kernel (partials in global
-/// memory) and the cluster merge (partials in the cluster's shared memory).
+/// nothing, and an element no split saw merges to 0. Shared by the merge kernel (partials in
+/// global memory) and the cluster merge (partials in the cluster's shared memory).
 struct SplitMerge {
     m_all: f32,
     o: f32,
@@ -373,13 +372,22 @@ impl SplitMerge {
         SplitMerge { m_all, o: 0.0, wsum: 0.0 }
     }
 
-    /// Adds a split of log-sum-exp `lse`; its partial (`part`) is read only when it weighs.
+    /// Whether any split saw a key (`m_all` is finite). Callers weigh the splits only then: the
+    /// outer test also keeps the compiler from sinking each partial's load behind its split's
+    /// exponential in the cluster merge (without it the 16 distributed-shared-memory loads ran
+    /// one after another: 1 x 2k 0.9 µs slower, benchmarks/NOTES.md "v10").
     #[inline(always)]
-    fn add(&mut self, lse: f32, part: impl FnOnce() -> f32) {
+    fn any(&self) -> bool {
+        self.m_all != f32::NEG_INFINITY
+    }
+
+    /// Adds a split of log-sum-exp `lse` and partial `part` (ignored when the split saw no key).
+    #[inline(always)]
+    fn add(&mut self, lse: f32, part: f32) {
         if lse != f32::NEG_INFINITY {
             let w = exp2_approx((lse - self.m_all) * LOG2_E);
             self.wsum += w;
-            self.o += w * part();
+            self.o += w * part;
         }
     }
 
@@ -438,7 +446,9 @@ unsafe fn merge_cluster_splits<Q: Element, KV>(
         let mut m_all = f32::NEG_INFINITY;
         unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| m_all = max_f32(m_all, lse[s]));
         let mut merge = SplitMerge::new(m_all);
-        unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| merge.add(lse[s], || part[s]));
+        if merge.any() {
+            unroll::<{ MAX_CLUSTER_SPLITS as usize }>(|s| merge.add(lse[s], part[s]));
+        }
         let row = blk.t as usize * p.num_q_heads as usize + blk.h0 as usize + hh;
         *ptr.out.add(row * d + dim) = Q::from_f32(merge.value());
         idx += splits * threads;
@@ -467,9 +477,15 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
     let mut dim = thread_idx_x() as usize;
     while dim < d {
         let mut merge = SplitMerge::new(m_all);
-        for s in 0..p.num_splits as usize {
-            let lse = *part_lse.add(s * rows_per_split + row);
-            merge.add(lse, || *part_o.add((s * rows_per_split + row) * d + dim));
+        if merge.any() {
+            for s in 0..p.num_splits as usize {
+                let lse = *part_lse.add(s * rows_per_split + row);
+                // A split that saw no key may have left its partial unwritten: read only those
+                // that weigh.
+                if lse != f32::NEG_INFINITY {
+                    merge.add(lse, *part_o.add((s * rows_per_split + row) * d + dim));
+                }
+            }
         }
         *out.add(row * d + dim) = Q::from_f32(merge.value());
         dim += RPA_THREADS as usize;
