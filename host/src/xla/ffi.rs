@@ -231,11 +231,6 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
-    /// Names of all attributes.
-    pub fn attribute_names(&self) -> Vec<String> {
-        self.attribute_name_bytes().map(|n| String::from_utf8_lossy(n).into_owned()).collect()
-    }
-
     /// Names of all attributes as XLA passes them (bytes, no copies): the per-call lookups
     /// compare bytes, with no allocation or UTF-8 check.
     fn attribute_name_bytes(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
