@@ -892,8 +892,8 @@ mod tests {
     #[test]
     fn register_budgets_fit_the_pool_of_384_threads() {
         // 65536 registers per multiprocessor; 384 threads get at most 168 each (a multiple of 8).
-        assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168);
-        assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8));
+        const { assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168) };
+        const { assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8)) };
         assert_eq!(WS_THREADS, 3 * WARPGROUP);
     }
 
