@@ -980,12 +980,10 @@ pub fn workspace_bytes_with(
         return Ok(0);
     }
     let module = kernels.for_device(ordinal)?;
-    let plan = plan_launch(&module, spec, choice, None)?;
-    // Look the kernels up now too, so a launch under stream capture makes no first-use calls.
-    for (name, shared_bytes) in plan.kernels(spec) {
-        module.function_with_shared(name, shared_bytes)?;
-    }
-    Ok(plan.scratch_bytes(spec))
+    // Resolved (the kernels looked up) now too, so a launch under stream capture makes no
+    // first-use calls.
+    let resolved = ResolvedPlan::new(&module, spec, plan_launch(&module, spec, choice, None)?)?;
+    Ok(resolved.plan.scratch_bytes(spec))
 }
 
 /// Enqueues the op on `stream` (one kernel, or two with a split-KV merge or the tiled plan).
