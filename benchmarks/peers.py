@@ -380,68 +380,57 @@ def from_jax(x):
     return torch.from_numpy(np.asarray(x.astype(jnp.float32))).to(DEVICE)
 
 
-def select_kernel(kernel, hint="", programmatic=True, min_split_tiles="", merge_cost_keys="", schedule="",
-                  persistent="", stages="", cluster="", plan_blocks=""):
+# Variant options after the kernel's name: prefix -> the library's environment variable. Every
+# variable is set on each selection (unset options empty: the library's default).
+VARIANT_OPTIONS = {
+    "h": "XGK_RPA_COPY_HINT",          # L2 copy hints (bit 0 prefetch, bit 1 evict-first)
+    "ms": "XGK_RPA_MIN_SPLIT_TILES",   # fewest pipeline tiles per key split
+    "mc": "XGK_RPA_MERGE_COST_KEYS",   # the split model's merge cost in keys
+    "pp": "XGK_WS_SCHEDULE",           # warp-specialized consumers: 0 free, 1 ping-pong
+    "ps": "XGK_WS_PERSISTENT",         # its persistent blocks: 0 one per pair, 1 snake, 2 dynamic
+    "st": "XGK_RPA_STAGES",            # the pipelined kernel's K/V stages (2-8)
+    "cl": "XGK_RPA_CLUSTER_MERGE",     # cluster merge of the splits: 0 off, 1 on
+    "pb": "XGK_RPA_PLAN_BLOCKS",       # resident blocks per SM the split model plans with
+    "pm": "XGK_RPA_PIPE_MODE",         # pipelined copies: 0 block barrier per tile, 1 per key group
+}
+
+
+def select_kernel(kernel, options=None, programmatic=True):
     """Sets the variant for the calls that follow (the library reads these once, and again on
-    `reload_settings`)."""
+    `reload_settings`): `options` maps `VARIANT_OPTIONS` prefixes to values."""
     from xla_gpu_kernels import _capi
-    os.environ["XGK_RPA_KERNEL"], os.environ["XGK_RPA_COPY_HINT"] = kernel, hint
+    options = options or {}
+    os.environ["XGK_RPA_KERNEL"] = kernel
     os.environ["XGK_PDL"] = "1" if programmatic else "0"
-    os.environ["XGK_RPA_MIN_SPLIT_TILES"] = min_split_tiles
-    os.environ["XGK_RPA_MERGE_COST_KEYS"] = merge_cost_keys
-    os.environ["XGK_WS_SCHEDULE"] = schedule
-    os.environ["XGK_WS_PERSISTENT"] = persistent
-    os.environ["XGK_RPA_STAGES"] = stages
-    os.environ["XGK_RPA_CLUSTER_MERGE"] = cluster
-    os.environ["XGK_RPA_PLAN_BLOCKS"] = plan_blocks
+    for prefix, var in VARIANT_OPTIONS.items():
+        os.environ[var] = options.get(prefix, "")
     _capi.reload_settings()
 
 
 class Ours:
     """Our torch op with one kernel variant: `auto`, `tiled`, `tiled-wgmma` (sm_90a), `pipelined`,
-    `mma` or `general`,
-    then options after colons: `h<N>` for the L2 copy hints (`XGK_RPA_COPY_HINT`), `nopdl` for
-    launches without programmatic dependent launch (`XGK_PDL=0`), `ms<N>` for at least N pipeline
-    tiles per key split (`XGK_RPA_MIN_SPLIT_TILES`), `mc<N>` for the split model's merge cost in
-    keys (`XGK_RPA_MERGE_COST_KEYS`), `pp<N>` for the warp-specialized kernel's consumer schedule
-    (`XGK_WS_SCHEDULE`: 0 free, 1 ping-pong), `ps<N>` for its persistent blocks (`XGK_WS_PERSISTENT`:
-    0 one per pair, 1 snake order, 2 dynamic), `st<N>` for the pipelined kernel's K/V stages
-    (`XGK_RPA_STAGES`, 2-8), `cl<N>` for the cluster merge of the splits (`XGK_RPA_CLUSTER_MERGE`:
-    0 off, 1 on), `pb<N>` for the resident blocks per SM the split model plans with
-    (`XGK_RPA_PLAN_BLOCKS`). Example: `auto:ms1:nopdl`."""
+    `mma` or `general`, then options after colons: `nopdl` for launches without programmatic
+    dependent launch (`XGK_PDL=0`), or a `VARIANT_OPTIONS` prefix with a number (`h<N>`, `ms<N>`,
+    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `pm<N>`: see the table for their
+    variables). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):
         import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
         self.name = f"ours-{variant}"
         self.kernel, *options = variant.split(":")
-        self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys = "", True, "", ""  # defaults
-        self.schedule, self.persistent, self.stages, self.cluster, self.plan_blocks = "", "", "", "", ""
+        self.programmatic, self.options = True, {}
         for opt in options:
+            prefix = opt.rstrip("0123456789")
             if opt == "nopdl":
                 self.programmatic = False
-            elif opt.startswith("h") and opt[1:].isdigit():
-                self.hint = opt[1:]
-            elif opt.startswith("ms") and opt[2:].isdigit():
-                self.min_split_tiles = opt[2:]
-            elif opt.startswith("mc") and opt[2:].isdigit():
-                self.merge_cost_keys = opt[2:]
-            elif opt.startswith("pp") and opt[2:].isdigit():
-                self.schedule = opt[2:]
-            elif opt.startswith("ps") and opt[2:].isdigit():
-                self.persistent = opt[2:]
-            elif opt.startswith("st") and opt[2:].isdigit():
-                self.stages = opt[2:]
-            elif opt.startswith("cl") and opt[2:].isdigit():
-                self.cluster = opt[2:]
-            elif opt.startswith("pb") and opt[2:].isdigit():
-                self.plan_blocks = opt[2:]
+            elif prefix in VARIANT_OPTIONS and opt[len(prefix):]:
+                self.options[prefix] = opt[len(prefix):]
             else:
-                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (h<N>, nopdl, ms<N>, mc<N>, pp<N>, "
-                                 "ps<N>, st<N>, cl<N>, pb<N>)")
+                raise SystemExit(f"variant {variant!r}: unknown option {opt!r} (nopdl, or "
+                                 + ", ".join(f"{p}<N>" for p in VARIANT_OPTIONS) + ")")
 
     def select(self):
-        select_kernel(self.kernel, self.hint, self.programmatic, self.min_split_tiles, self.merge_cost_keys,
-                      self.schedule, self.persistent, self.stages, self.cluster, self.plan_blocks)
+        select_kernel(self.kernel, self.options, self.programmatic)
 
     def entries(self, inp, case):
         args = (inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs)

@@ -15,7 +15,7 @@ use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
     launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_ws_applies,
     workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, CLUSTER_MERGE_ENV_VAR, MERGE_COST_KEYS_ENV_VAR,
-    PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -358,9 +358,10 @@ fn pipelined_kernel_matches_cpu() {
 }
 
 /// Every stage count of the pipelined kernel's K/V ring (`XGK_RPA_STAGES` 2 to 8, where the
-/// device's shared memory holds it) gives the CPU's answer: 16-bit and fp8 KV at head_dim 64 and
-/// 128, head_dim 256 (32-key tiles), splits of fewer tiles than the ring has stages and of many
-/// more, back-to-back calls on the same buffers.
+/// device's shared memory holds it), with a block barrier per tile and with per-key-group
+/// pipelines (`XGK_RPA_PIPE_MODE` 0 and 1), gives the CPU's answer: 16-bit and fp8 KV at head_dim
+/// 64 and 128, head_dim 256 (32-key tiles: two warps per key group), splits of fewer tiles than
+/// the ring has stages and of many more, back-to-back calls on the same buffers.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pipelined_stage_counts_match_cpu() {
@@ -376,9 +377,10 @@ fn pipelined_stage_counts_match_cpu() {
     ];
     let wants: Vec<_> = cases.iter().map(|c| c.cpu_output()).collect();
     let mut runs = 0;
-    for stages in 2..=8u32 {
+    for (stages, mode) in (2..=8u32).flat_map(|s| [(s, "0"), (s, "1")]) {
         for (i, case) in cases.iter().enumerate() {
-            let label = format!("stages {stages}, case {i}: {}/{} d{}", case.q_dtype, case.kv_dtype, case.head_dim);
+            let label =
+                format!("stages {stages}, pipe mode {mode}, case {i}: {}/{} d{}", case.q_dtype, case.kv_dtype, case.head_dim);
             let head_dim = case.head_dim as u32;
             let kv_bytes = if case.kv_dtype == case.q_dtype { 2 } else { 1 };
             let tile = pipelined_tile_keys(head_dim);
@@ -386,16 +388,18 @@ fn pipelined_stage_counts_match_cpu() {
                 continue;
             }
             with_setting(PIPE_STAGES_ENV_VAR, &stages.to_string(), || {
-                for call in 0..2 {
-                    let got = run_gpu(&stream, case, KernelChoice::Pipelined);
-                    compare(case, &got, &wants[i], &format!("{label}, call {call}"));
-                }
+                with_setting(PIPE_MODE_ENV_VAR, mode, || {
+                    for call in 0..2 {
+                        let got = run_gpu(&stream, case, KernelChoice::Pipelined);
+                        compare(case, &got, &wants[i], &format!("{label}, call {call}"));
+                    }
+                })
             });
             runs += 1;
         }
     }
-    println!("{runs} (stage count, case) runs passed");
-    assert!(runs >= 33, "every 16-bit and fp8 case at every stage count from 2 to 8");
+    println!("{runs} (stage count, pipe mode, case) runs passed");
+    assert!(runs >= 66, "every 16-bit and fp8 case at every stage count from 2 to 8, in both pipe modes");
 }
 
 /// The pipelined kernel's two ways of merging its splits give the CPU's answer: in thread-block

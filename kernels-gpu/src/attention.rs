@@ -59,6 +59,10 @@ pub struct RpaParams {
     /// cluster and merge their splits through distributed shared memory (the pipelined kernel on
     /// the sm_90 image); 0: partials in global memory and the merge kernel.
     pub cluster_splits: u32,
+    /// How the pipelined kernel's warps share a tile's copies: 0 = all threads copy the tile and
+    /// meet at a block barrier per tile; 1 = each key group's warps copy and wait for its own keys
+    /// (no block barrier in the tile loop). 0 for the other kernels.
+    pub pipe_mode: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

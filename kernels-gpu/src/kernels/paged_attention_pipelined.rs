@@ -35,8 +35,9 @@ use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::barrier::sync_named;
 use crate::thread::{sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
+use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, WarpStates};
 use super::paged_attention_mma::{
@@ -292,12 +293,12 @@ unsafe fn rpa_pipelined_on<
     let stages = p.pipe_stages;
     // Copies per thread and token (`token_chunks / threads_per_token`): 4 for 16-bit KV at
     // D = 128 (eight threads per token), 8 at D = 256, 4 for fp8 at D = 128 (four threads per
-    // token) and 2 at D = 64; passes of `threads / threads_per_token` tokens cover the tile.
+    // token) and 2 at D = 64; passes of `copiers / threads_per_token` tokens cover the tile (or
+    // the key group: the same count of passes).
     const COPIES: usize = 8;
     let per_token = threads_per_token(kv_bytes);
     let copies_per_token_thread = token_chunks / per_token;
-    let tokens_per_pass = threads / per_token;
-    let passes = tile / tokens_per_pass;
+    let passes = tile / (threads / per_token);
 
     let tid = thread_idx_x();
     let lane = lane_id();
@@ -305,6 +306,32 @@ unsafe fn rpa_pipelined_on<
     // The 16-key group this warp computes, and which part of the head dims it accumulates.
     let (key_group, dim_part) = (warp % key_groups, warp / key_groups);
     let cq = (lane % 4) as usize;
+    // Who copies which keys of a tile, and who waits for whom (`RpaParams::pipe_mode`): mode 0,
+    // all threads copy the whole tile and meet at a block barrier per tile; mode 1, the `DSPLIT`
+    // warps of a key group copy its 16 keys and wait for their own copies only (a warp barrier,
+    // a named one for a pair), so that no warp waits for another's keys and the groups' requests
+    // spread over time instead of leaving together after each barrier.
+    let group_pipes = p.pipe_mode != 0;
+    let (copier, first_token, copiers) = if group_pipes {
+        (lane + WARP_SIZE * dim_part, key_group * 16, WARP_SIZE * DSPLIT as u32)
+    } else {
+        (tid, 0, threads)
+    };
+    let tokens_per_pass = copiers / per_token;
+    // Waits until the copies of the current tile (K, or K and V) are visible to every thread
+    // that reads them.
+    let sync_copies = #[inline(always)]
+    || {
+        if !group_pipes {
+            sync_threads();
+        } else if DSPLIT == 1 {
+            sync_warp();
+        } else if key_group == 0 {
+            sync_named::<1>(WARP_SIZE * DSPLIT as u32);
+        } else {
+            sync_named::<2>(WARP_SIZE * DSPLIT as u32);
+        }
+    };
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
     let (split_lo, split_hi) = (blk.split_lo, blk.split_hi);
     let qa = if fp8 {
@@ -338,10 +365,10 @@ unsafe fn rpa_pipelined_on<
     // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
     // `per_token` threads share a token: thread r of them copies chunks r, r + per_token, ... of
     // its K-then-V span. With eight (16-bit KV) each warp instruction reads four whole 128-byte
-    // lines (four tokens) and a thread resolves one page-table entry per 16 tokens; with four
-    // (fp8), 64-byte halves of eight tokens' lines and one entry per 32 tokens. Rows are stored
-    // swizzled for ldmatrix (`swizzled_chunk`).
-    let part0 = tid % per_token;
+    // lines (four tokens) and a thread resolves one page-table entry per pass; with four (fp8),
+    // 64-byte halves of eight tokens' lines. Rows are stored swizzled for ldmatrix
+    // (`swizzled_chunk`).
+    let part0 = copier % per_token;
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
     |i: u32, slot: u32, hint: CopyHint| {
@@ -351,7 +378,7 @@ unsafe fn rpa_pipelined_on<
             if pass as u32 >= passes {
                 return;
             }
-            let token = pass as u32 * tokens_per_pass + tid / per_token;
+            let token = first_token + pass as u32 * tokens_per_pass + copier / per_token;
             let (src, valid) = match page_of(tile_base + token) {
                 Some((page, in_page)) => {
                     let t = page as usize * p.page_size as usize + in_page as usize;
@@ -408,10 +435,11 @@ unsafe fn rpa_pipelined_on<
     // Stage of tile i (i % stages), kept as a counter: no division per tile.
     let mut slot = 0;
     for i in 0..num_tiles {
-        // Tile i has landed for this thread; after the barrier, for every thread, and every warp
-        // is past tile i - 1, whose stage (the one before `slot`) the next copies reuse.
+        // Tile i has landed for this thread; after the barrier, for every thread that reads it,
+        // and every one of them is past tile i - 1, whose stage (the one before `slot`) the next
+        // copies reuse.
         wait_group_dyn(stages - 2);
-        sync_threads();
+        sync_copies();
         if i + stages - 1 < num_tiles {
             issue(i + stages - 1, if slot == 0 { stages - 1 } else { slot - 1 });
         } else {

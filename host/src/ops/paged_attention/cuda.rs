@@ -302,6 +302,13 @@ pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
 /// the split plan the extra residency would otherwise bring (benchmarks/NOTES.md "v10").
 pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 
+/// Environment variable choosing how the pipelined kernel's warps share a tile's copies
+/// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
+/// empty: [`DEFAULT_PIPE_MODE`].
+pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
+/// Default of [`PIPE_MODE_ENV_VAR`].
+const DEFAULT_PIPE_MODE: u32 = 0;
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
@@ -325,6 +332,8 @@ pub struct LaunchSettings {
     pub cluster_merge: bool,
     /// [`PLAN_BLOCKS_ENV_VAR`] (0: the kernel's occupancy).
     pub plan_blocks: u32,
+    /// [`PIPE_MODE_ENV_VAR`].
+    pub pipe_mode: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -340,8 +349,8 @@ fn settings() -> Result<LaunchSettings> {
 
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
-/// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`] and
-/// [`PLAN_BLOCKS_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
+/// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
+/// [`PLAN_BLOCKS_ENV_VAR`] and [`PIPE_MODE_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -363,6 +372,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         },
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
+        pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -1081,6 +1091,7 @@ unsafe fn launch_direct(
     params.copy_hint = settings.copy_hint;
     params.pipe_stages = l.stages;
     params.cluster_splits = l.cluster as u32;
+    params.pipe_mode = if l.stages > 0 { settings.pipe_mode } else { 0 };
     let (part_o, part_lse) = if l.splits > 1 && !l.cluster {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)

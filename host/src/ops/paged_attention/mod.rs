@@ -16,7 +16,7 @@ pub use cuda::{
     tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies, workspace_bytes, workspace_bytes_with,
     DeviceBuffers, KernelChoice, LaunchSettings, PipelinedSplits, Workspace, CLUSTER_MERGE_ENV_VAR,
     DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES, KERNEL_ENV_VAR, MERGE_COST_KEYS_ENV_VAR, MIN_SPLIT_TILES_ENV_VAR,
-    PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 
 use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
@@ -267,6 +267,7 @@ impl PagedAttention {
             dynamic_pairs: 0,
             pipe_stages: 0,
             cluster_splits: 0,
+            pipe_mode: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
