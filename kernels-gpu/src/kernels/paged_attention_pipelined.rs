@@ -1,32 +1,34 @@
 //! Ragged paged attention with K/V staged through shared memory by a multi-stage `cp.async`
 //! pipeline, on tensor cores: the decode kernel. f16/bf16 q with KV of the same dtype (unscaled)
-//! or fp8 (e4m3fn / e5m2, scaled), head dims 64 and 128. Same contract, blocks, splits and merge
+//! or fp8 (e4m3fn / e5m2, scaled), head dims 64 and 128 (and 256 for 16-bit KV). Same contract, blocks, splits and merge
 //! as the other two kernels.
 //!
 //! Why: decode is memory bound, and the direct-load kernels left the memory system three quarters
 //! idle (benchmarks/NOTES.md, profile): every warp waited on its own dependent global loads. Here
 //! a block (query row `t`, KV head `g`, up to 16 query heads of `g`, key split) walks its keys in
 //! tiles of 64 keys (32 at head_dim 256: [`pipelined_tile_keys`]):
-//! - all 128 threads copy a tile's K and V rows (page-gathered: one token's K and V for head `g`
-//!   are `2 * head_dim` contiguous elements) into one of `RpaParams::pipe_stages` shared-memory
-//!   stages with 16-byte `cp.async`, eight threads per token so that a warp instruction reads
-//!   whole 128-byte lines (an L2 prefetch hint on request, `RpaParams::copy_hint`),
-//!   `stages - 1` tiles ahead of the math (the host picks the count that keeps about 128 KiB per SM
-//!   in flight: 3 stages of 32 KiB for 16-bit KV at head_dim 128, more of the smaller fp8 ones);
-//!   keys past the split or on an invalid page are zero-filled (and masked below);
+//! - each warp (a pair at head_dim 256) copies its own 16 keys of a tile, K and V rows
+//!   (page-gathered: one token's K and V for head `g` are `2 * head_dim` contiguous elements),
+//!   into one of `RpaParams::pipe_stages` shared-memory stages with 16-byte `cp.async`, eight
+//!   threads per token so that a warp instruction reads whole 128-byte lines (an L2 prefetch hint
+//!   on request, `RpaParams::copy_hint`), `stages - 1` tiles ahead of its math, and waits for its
+//!   own copies only (`RpaParams::pipe_mode` 1; mode 0 has all threads copy the whole tile and meet
+//!   at a block barrier per tile). The host picks the stage count that keeps about 128 KiB per SM
+//!   in flight (3 stages of 32 KiB for 16-bit KV at head_dim 128; 2 for the instruction-bound
+//!   fp8 kernel); keys past the split or on an invalid page are zero-filled (and masked below);
 //! - each warp takes 16 keys of the tile: `S = Q Kᵀ` with K fragments from `ldmatrix`, online
 //!   softmax on the accumulators, `O += P V` with V fragments from `ldmatrix.trans`;
 //! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
 //!   `ldmatrix` reads hit eight different bank groups;
-//! - one block barrier per tile: after it, the tile's copies from every thread are visible and
-//!   every warp is done with the stage the next copies overwrite;
+//! - one warp (or pair) barrier per tile: after it, the tile's copies from every lane are visible
+//!   and every lane is done with the stage the next copies overwrite;
 //! - on the sm_90 image, up to 16 splits of a (row, KV head) run as one thread-block cluster and
 //!   merge through distributed shared memory (`RpaParams::cluster_splits`), with no merge kernel;
-//! - fp8 KV moves half the bytes: the stage holds the raw bytes, and each warp widens its 16 keys
-//!   (exactly: every fp8 value is a bf16 and an f16) into its own permuted 16-bit area before the
-//!   `ldmatrix` reads. `k_scale` multiplies the logits and `v_scale` the output, in f32, instead of
-//!   rounding scaled K and V to q's dtype first as the reference does: the same function with one
-//!   rounding fewer (within the reference's own bf16 rounding, see the GPU tests).
+//! - fp8 KV moves half the bytes: the stage holds the raw bytes, and `ldmatrix` reads them into
+//!   registers, where they widen exactly to f16 operands (every fp8 value is an f16). `k_scale`
+//!   multiplies the logits and `v_scale` the output, in f32, instead of rounding scaled K and V
+//!   to q's dtype first as the reference does: the same function with one rounding fewer (within
+//!   the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group_dyn, CopyHint};

@@ -286,7 +286,7 @@ pub const PERSISTENT_ENV_VAR: &str = "XGK_WS_PERSISTENT";
 const DEFAULT_PERSISTENT: u32 = 2;
 
 /// Environment variable overriding the pipelined kernel's K/V stage count (2 to
-/// [`PIPE_MAX_STAGES`]; unset, empty or 0: [`pipelined_default_stages`] of the shape). Stages
+/// [`PIPE_MAX_STAGES`]; unset, empty or 0: the shape's count, `choose_pipe_stages`). Stages
 /// that do not fit the device's shared memory are an error at launch.
 pub const PIPE_STAGES_ENV_VAR: &str = "XGK_RPA_STAGES";
 
@@ -306,8 +306,10 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 /// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
 /// empty: [`DEFAULT_PIPE_MODE`].
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
-/// Default of [`PIPE_MODE_ENV_VAR`].
-const DEFAULT_PIPE_MODE: u32 = 0;
+/// Default of [`PIPE_MODE_ENV_VAR`]: per-key-group pipelines, 0.5-2 % faster than the block
+/// barrier on most decode cells of an H200 and 4 % on fp8 64 x 8k, within 1.3 % slower on the
+/// two-stage long grids (benchmarks/NOTES.md "v11").
+const DEFAULT_PIPE_MODE: u32 = 1;
 
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -943,8 +945,11 @@ const PIPE_IN_FLIGHT_PER_SM: u64 = 128 * 1024;
 
 /// The pipelined kernel's stage count for a shape: the one giving the most resident blocks per SM
 /// among those keeping [`PIPE_IN_FLIGHT_PER_SM`] in flight (`blocks * (stages - 1)` stages), else
-/// the one keeping the most in flight; fewer stages on ties. fp8 KV's stages are half as large,
-/// so it takes more of them (5 at head_dim 128 on an H100, where 3 left half the bytes in flight).
+/// the one keeping the most in flight; fewer stages on ties. fp8 KV takes two: its kernel is
+/// bound by its instructions (the widening to f16 operands), not by bytes in flight, and on an
+/// H200 two stages ran faster than three and four on every fp8 cell measured (1 x 32k 34.5
+/// against 36.1 µs with four, 32 x 4k 90.6 against 95.5; benchmarks/NOTES.md "v11"; an H100 had
+/// preferred five when the kernel widened fp8 in shared memory, v8).
 fn choose_pipe_stages(
     module: &ContextModule,
     name: &'static str,
@@ -953,6 +958,9 @@ fn choose_pipe_stages(
     kv_bytes: u32,
     tile_keys: u32,
 ) -> Result<u32> {
+    if kv_bytes == 1 {
+        return Ok(2);
+    }
     let stage = pipelined_stage_bytes(head_dim, kv_bytes, tile_keys) as u64;
     let mut best: Option<(bool, u64, u32)> = None; // (reaches the target, blocks or bytes, stages)
     for stages in 3..=PIPE_MAX_STAGES {
