@@ -114,38 +114,15 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     // exist only for its long sequences, so the longest work starts first and the short (or empty,
     // exiting at once) blocks fill in behind it instead of trailing it.
     let split = p.num_splits.max(1) - 1 - block_idx_z().min(p.num_splits.max(1) - 1);
-    // The metadata a decode row needs, loaded at once: row t is sequence t when every sequence
-    // has one query, so `cu_q_lens[0]`, `cu_q_lens[t]`, `cu_q_lens[t + 1]` and `kv_lens[t]` leave
-    // together with `num_seqs` (in bounds: both arrays hold `max_num_seqs` sequences). The search
-    // and the window read them from registers; only other rows load more. Loaded one after the
-    // other (each test waiting for the load before it), they were a chain of four memory
-    // latencies ahead of every block's first page-table read (benchmarks/NOTES.md "v11").
-    let raw_num_seqs = *ptr.num_seqs;
-    let likely = if t < p.max_num_seqs {
-        let s = t as usize;
-        Some((t, *ptr.cu_q_lens, *ptr.cu_q_lens.add(s), *ptr.cu_q_lens.add(s + 1), *ptr.kv_lens.add(s)))
-    } else {
-        None
-    };
-    let cu = |i: u32| match likely {
-        Some((_, cu0, _, _, _)) if i == 0 => cu0,
-        Some((s, _, cu_s, _, _)) if i == s => cu_s,
-        Some((s, _, _, cu_s1, _)) if i == s + 1 => cu_s1,
-        _ => *ptr.cu_q_lens.add(i as usize),
-    };
-    let kv_len = |i: u32| match likely {
-        Some((s, _, _, _, kv_s)) if i == s => kv_s,
-        _ => *ptr.kv_lens.add(i as usize),
-    };
-    let num_seqs = clamp_num_seqs(raw_num_seqs, p.max_num_seqs);
-    let seq = find_sequence(t as i32, num_seqs, cu);
+    let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
+    let seq = find_sequence(t as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
     let (window, seq_idx) = match seq {
         Some(i) => {
             let w = row_window(
                 t as i32,
-                cu(i),
-                cu(i + 1),
-                kv_len(i),
+                *ptr.cu_q_lens.add(i as usize),
+                *ptr.cu_q_lens.add(i as usize + 1),
+                *ptr.kv_lens.add(i as usize),
                 p.pages_per_seq * p.page_size,
                 p.sliding_window,
             );
