@@ -190,10 +190,16 @@ staged_fp8!(F8E4M3, F8E5M2);
 /// rows per 128 bytes) with `(row / 2) % 4`.
 #[inline(always)]
 fn swizzled_chunk(col: u32, row: u32, row_chunks: u32) -> u32 {
+    col ^ chunk_swizzle(row, row_chunks)
+}
+
+/// What [`swizzled_chunk`] XORs into the chunks of row `row`.
+#[inline(always)]
+fn chunk_swizzle(row: u32, row_chunks: u32) -> u32 {
     if row_chunks >= 8 {
-        col ^ (row & 7)
+        row & 7
     } else {
-        col ^ ((row >> 1) & 3)
+        (row >> 1) & 3
     }
 }
 
@@ -426,6 +432,12 @@ unsafe fn rpa_pipelined_on<
     let k_half = (lane / 8) % 2;
     let v_token = ((lane / 8) % 2) * 8 + lane % 8;
     let v_half = lane / 16;
+    // Every column these lanes read is an even chunk plus the lane's half (`2k + half`, bit 0 the
+    // half), so its swizzled chunk is `(half ^ swizzle(row)) ^ even`: one lane constant per
+    // operand, and one XOR per `ldmatrix` (the swizzle recomputed from the lane id for each of
+    // the 16 `ldmatrix` of a tile was ~5 instructions apiece in the SASS, benchmarks/NOTES.md "v11").
+    let k_chunk = k_half ^ chunk_swizzle(k_token, row_chunks);
+    let v_chunk = v_half ^ chunk_swizzle(v_token, row_chunks);
 
     for i in 0..stages - 1 {
         if i < num_tiles {
@@ -466,8 +478,7 @@ unsafe fn rpa_pipelined_on<
             let k_row = k_base + v_token * kv_row_bytes;
             unroll::<KSTEPS>(|kk| {
                 if kk < KSTEPS / 2 {
-                    let col = 2 * kk as u32 + v_half;
-                    let b = ldmatrix_x4(k_row + swizzled_chunk(col, v_token, row_chunks) * 16);
+                    let b = ldmatrix_x4(k_row + (v_chunk ^ (2 * kk as u32)) * 16);
                     s[0] = M::mma(qa[2 * kk], KV::k_operand(b[0]), s[0]);
                     s[1] = M::mma(qa[2 * kk], KV::k_operand(b[1]), s[1]);
                     s[0] = M::mma(qa[2 * kk + 1], KV::k_operand(b[2]), s[0]);
@@ -477,8 +488,7 @@ unsafe fn rpa_pipelined_on<
         } else {
             let k_row = k_base + k_token * kv_row_bytes;
             unroll::<KSTEPS>(|k| {
-                let col = k as u32 * 2 + k_half;
-                let b = ldmatrix_x4(k_row + swizzled_chunk(col, k_token, row_chunks) * 16);
+                let b = ldmatrix_x4(k_row + (k_chunk ^ (2 * k as u32)) * 16);
                 s[0] = M::mma(qa[k], [b[0], b[1]], s[0]);
                 s[1] = M::mma(qa[k], [b[2], b[3]], s[1]);
             });
@@ -503,8 +513,7 @@ unsafe fn rpa_pipelined_on<
             // chunk 2q + 1); each chunk feeds two n-tiles, its even dims and its odd dims.
             unroll::<NTILES>(|nt| {
                 if nt % 4 == 0 {
-                    let col = (nt / 2) as u32 + v_half;
-                    let b = ldmatrix_x4_trans(v_row + swizzled_chunk(col, v_token, row_chunks) * 16);
+                    let b = ldmatrix_x4_trans(v_row + (v_chunk ^ (nt / 2) as u32) * 16);
                     unroll::<2>(|c| {
                         let (low_keys, high_keys) = (KV::v_operands(b[2 * c]), KV::v_operands(b[2 * c + 1]));
                         o[nt + 2 * c] = M::mma(pa, [low_keys[0], high_keys[0]], o[nt + 2 * c]);
@@ -516,8 +525,7 @@ unsafe fn rpa_pipelined_on<
             // One ldmatrix.trans gives the B fragments of two 8-dim n-tiles.
             unroll::<NTILES>(|nt| {
                 if nt % 2 == 0 {
-                    let col = (dim_part * NTILES as u32) + nt as u32 + v_half;
-                    let b = ldmatrix_x4_trans(v_row + swizzled_chunk(col, v_token, row_chunks) * 16);
+                    let b = ldmatrix_x4_trans(v_row + (v_chunk ^ (dim_part * NTILES as u32 + nt as u32)) * 16);
                     o[nt] = M::mma(pa, [b[0], b[1]], o[nt]);
                     o[nt + 1] = M::mma(pa, [b[2], b[3]], o[nt + 1]);
                 }
