@@ -326,9 +326,29 @@ pub fn assert_close(case: &Case, got: &[u8], want: &[f64], label: &str) -> f64 {
     worst
 }
 
-/// Worst |gpu - cpu| over all rows; asserts the tolerance and that every element was written.
+/// How much larger than q's dtype's tolerance an output may differ: the largest scaled V value
+/// (at least 1). With `v_scale` the reference rounds `V * v_scale` and the weights to q's dtype,
+/// errors relative to the values' magnitude, where the kernels keep fp8 V exact and scale in f32;
+/// with V up to 4 and a random `v_scale` up to 2 a bf16 output of a case with one dominant key
+/// may differ by about 2^-9 * 8 twice over, past a fixed 1.6e-2 (`pipelined_kernel_small_cases`
+/// failed so once under memcheck in session 11: bf16 q, e4m3 KV with random scales, a soft cap and
+/// a window, gpu 0.0698 against 0.0513; benchmarks/NOTES.md "v11").
+pub fn value_scale(case: &Case) -> f64 {
+    let Some(v_scale) = case.v_scale else { return 1.0 };
+    let (d, heads) = (case.head_dim, 2 * case.num_kv_heads);
+    let elems = case.kv.len() / case.kv_dtype.size_bytes().unwrap_or(1);
+    let largest = (0..elems)
+        .filter(|e| (e / d) % heads % 2 == 1)
+        .map(|e| decode(case.kv_dtype, &case.kv, e).abs())
+        .fold(0.0f64, f64::max);
+    (largest * v_scale as f64).max(1.0)
+}
+
+/// Worst |gpu - cpu| over all rows; asserts the tolerance (scaled by [`value_scale`]) and that
+/// every element was written.
 pub fn compare(case: &Case, gpu: &[u8], cpu: &[u8], label: &str) -> f64 {
     let (atol, rtol) = tolerance(case.q_dtype);
+    let atol = atol * value_scale(case);
     let mut worst = 0.0f64;
     for i in 0..case.max_tokens * case.num_q_heads * case.head_dim {
         let (g, c) = (decode(case.q_dtype, gpu, i), decode(case.q_dtype, cpu, i));
