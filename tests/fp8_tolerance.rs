@@ -4,7 +4,8 @@
 //! two differ by errors relative to the scaled values' magnitude, so `compare` scales its absolute
 //! tolerance by [`common::value_scale`]; with q's fixed tolerance alone, a case with V up to 4 and
 //! `v_scale` near 2 falls outside it (session 11: `pipelined_kernel_small_cases` failed so once on
-//! the GPU; here 300 such cases reached 1.48x the fixed tolerance, 0.23x the scaled one).
+//! the GPU; here runs of 300-400 such cases reached 1.06-1.48x the fixed tolerance and at most
+//! 0.62x the scaled one). `XGK_FP8_TOLERANCE_CASES` sets the number of cases (100).
 
 #![allow(dead_code)]
 mod common;
@@ -25,8 +26,9 @@ fn exact_scaled(case: &Case) -> Vec<f64> {
 #[test]
 fn fp8_reference_rounding_stays_within_the_scaled_tolerance() {
     let mut rng = StdRng::from_entropy();
+    let cases: usize = std::env::var("XGK_FP8_TOLERANCE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
     let (mut worst_fixed, mut worst_scaled) = (0.0f64, 0.0f64);
-    for i in 0..100 {
+    for i in 0..cases {
         let kv_dtype = if i % 2 == 0 { DType::F8E4M3FN } else { DType::F8E5M2 };
         let seqs = vec![(1, rng.gen_range(1..200)), (1, rng.gen_range(65..700)), (24, 25)];
         let mut case = random_case(&mut rng, DType::BF16, kv_dtype, 128, 4, 1, 8, &seqs, 0);

@@ -20,8 +20,9 @@
 //!   softmax on the accumulators, `O += P V` with V fragments from `ldmatrix.trans`;
 //! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
 //!   `ldmatrix` reads hit eight different bank groups;
-//! - one warp (or pair) barrier per tile: after it, the tile's copies from every lane are visible
-//!   and every lane is done with the stage the next copies overwrite;
+//! - one warp (or pair) barrier per tile (a block barrier in mode 0): after it, the tile's copies
+//!   are visible to every thread that reads them and each of those is done with the stage the
+//!   next copies overwrite;
 //! - on the sm_90 image, up to 16 splits of a (row, KV head) run as one thread-block cluster and
 //!   merge through distributed shared memory (`RpaParams::cluster_splits`), with no merge kernel;
 //! - fp8 KV moves half the bytes: the stage holds the raw bytes, and `ldmatrix` reads them into
@@ -576,8 +577,8 @@ const _: () = assert!(
 
 // `@ 3`: the head_dim-128 kernels are compiled for three blocks per SM (`#[kernel(max_threads =
 // 128, min_blocks = 3)]`): at most 168 registers per thread (the 16-bit kernel took 204, two
-// blocks per SM), so that fp8's four 16 KiB stages and 16-bit KV's two 32 KiB stages
-// (`XGK_RPA_STAGES=2`) run three blocks per SM (benchmarks/NOTES.md "v9"). ptxas keeps one value
+// blocks per SM), so that fp8's 16 KiB stages and 16-bit KV's two 32 KiB stages (the long-grid
+// rule) run three blocks per SM (benchmarks/NOTES.md "v9", "v10"). ptxas keeps one value
 // on the stack across the tile loop (stored before it, loaded after it).
 rpa_pipe_kernels! {
     f16, f16 => rpa_pipe_f16_f16_d64 64, rpa_pipe_f16_f16_d128 128 @ 3, rpa_pipe_f16_f16_d256 256;
