@@ -379,8 +379,10 @@ fn pipelined_stage_counts_match_cpu() {
     let mut runs = 0;
     for (stages, mode) in (2..=8u32).flat_map(|s| [(s, "0"), (s, "1")]) {
         for (i, case) in cases.iter().enumerate() {
-            let label =
-                format!("stages {stages}, pipe mode {mode}, case {i}: {}/{} d{}", case.q_dtype, case.kv_dtype, case.head_dim);
+            let label = format!(
+                "stages {stages}, pipe mode {mode}, case {i}: {}/{} d{}",
+                case.q_dtype, case.kv_dtype, case.head_dim
+            );
             let head_dim = case.head_dim as u32;
             let kv_bytes = if case.kv_dtype == case.q_dtype { 2 } else { 1 };
             let tile = pipelined_tile_keys(head_dim);

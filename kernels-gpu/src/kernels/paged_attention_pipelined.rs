@@ -1,7 +1,7 @@
 //! Ragged paged attention with K/V staged through shared memory by a multi-stage `cp.async`
 //! pipeline, on tensor cores: the decode kernel. f16/bf16 q with KV of the same dtype (unscaled)
-//! or fp8 (e4m3fn / e5m2, scaled), head dims 64 and 128 (and 256 for 16-bit KV). Same contract, blocks, splits and merge
-//! as the other two kernels.
+//! or fp8 (e4m3fn / e5m2, scaled), head dims 64 and 128 (and 256 for 16-bit KV). Same contract,
+//! blocks, splits and merge as the other two kernels.
 //!
 //! Why: decode is memory bound, and the direct-load kernels left the memory system three quarters
 //! idle (benchmarks/NOTES.md, profile): every warp waited on its own dependent global loads. Here
@@ -32,13 +32,13 @@
 //!   the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{page_is_valid, RpaParams};
+use crate::barrier::sync_named;
 use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group_dyn, CopyHint};
 use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
-use crate::barrier::sync_named;
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
@@ -327,8 +327,7 @@ unsafe fn rpa_pipelined_on<
         (tid, 0, threads)
     };
     let tokens_per_pass = copiers / per_token;
-    // Waits until the copies of the current tile (K, or K and V) are visible to every thread
-    // that reads them.
+    // Waits until the current tile's copies are visible to every thread that reads them.
     let sync_copies = #[inline(always)]
     || {
         if !group_pipes {
