@@ -382,18 +382,49 @@ unsafe fn rpa_pipelined_on<
     |i: u32, slot: u32, hint: CopyHint| {
         let stage_base = smem_base + slot * stage_bytes;
         let tile_base = split_lo + i * tile;
+        // This thread's tokens of the tile are `tokens_per_pass` apart: the page-table walk
+        // divides once, for the first, and moves to the next page only where a pass crosses one
+        // (a division and a load then; never with pages of 16 tokens or more in mode 1, where a
+        // thread's four tokens span 13).
+        // Entries past the sequence's row of the table are never read (a token past the split
+        // has none: it is zero-filled whatever `page` holds).
+        let entry = |table_slot: u32| {
+            if table_slot < p.pages_per_seq {
+                *blk.page_table.add(table_slot as usize)
+            } else {
+                -1
+            }
+        };
+        let first = tile_base + first_token + copier / per_token;
+        let (mut table_slot, mut in_page) = pages.div_rem(first);
+        let mut page = entry(table_slot);
+        // Wrapping: the address is formed before the page's validity is known (and used only when
+        // it is valid), so it may point anywhere meanwhile.
+        let token_at = |page: i32, in_page: u32| {
+            let t = (page as usize).wrapping_mul(p.page_size as usize).wrapping_add(in_page as usize);
+            kv.wrapping_add(t.wrapping_mul(token_stride).wrapping_add(head_offset + part0 as usize * 16))
+        };
+        // The pool address of this thread's token, meaningful while `page` is valid.
+        let mut src = token_at(page, in_page);
         unroll::<4>(|pass| {
             if pass as u32 >= passes {
                 return;
             }
             let token = first_token + pass as u32 * tokens_per_pass + copier / per_token;
-            let (src, valid) = match page_of(tile_base + token) {
-                Some((page, in_page)) => {
-                    let t = page as usize * p.page_size as usize + in_page as usize;
-                    (kv.add(t * token_stride + head_offset + part0 as usize * 16), true)
+            if pass > 0 {
+                in_page += tokens_per_pass;
+                if in_page >= p.page_size {
+                    let (pages_on, rest) = pages.div_rem(in_page);
+                    table_slot += pages_on;
+                    in_page = rest;
+                    page = entry(table_slot);
+                    src = token_at(page, in_page);
+                } else {
+                    src = src.wrapping_add(tokens_per_pass as usize * token_stride);
                 }
-                None => (kv, false),
-            };
+            }
+            let valid = tile_base + token < split_hi && page_is_valid(page, p.total_pages);
+            let src = if valid { src } else { kv };
             let row = token * kv_row_bytes;
             unroll::<COPIES>(|c| {
                 if (c as u32) < copies_per_token_thread {
