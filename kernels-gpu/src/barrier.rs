@@ -131,6 +131,24 @@ pub unsafe fn sync_named<const ID: u32>(threads: u32) {
     }
 }
 
+/// [`sync_named`] with the barrier id in a register: one `bar.sync` instruction for warps that
+/// pick different barriers (say, one per pair of warps), where a branch over const ids would
+/// put each warp's barrier in a different instruction of a divergent region.
+///
+/// # Safety
+/// As [`sync_named`]: exactly `threads` threads, whole warps, must reach it with the same `id`
+/// (at most 15) and count, and `id` must not be a barrier other threads use differently.
+#[inline(always)]
+pub unsafe fn sync_named_id(id: u32, threads: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("bar.sync {id}, {n};", id = in(reg32) id, n = in(reg32) threads, options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (id, threads);
+        crate::gpu_only!("barrier::sync_named_id")
+    }
+}
+
 /// Arrives at named barrier `ID` for `threads` threads without waiting (`bar.arrive`): the
 /// threads that `bar.sync` on it ([`sync_named`]) proceed once `threads` have arrived or synced.
 /// A producer-consumer handshake between warps (one side arrives, the other syncs).

@@ -32,7 +32,7 @@
 //!   the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{page_is_valid, RpaParams};
-use crate::barrier::sync_named;
+use crate::barrier::sync_named_id;
 use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group_dyn, CopyHint};
 use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
@@ -334,10 +334,9 @@ unsafe fn rpa_pipelined_on<
             sync_threads();
         } else if DSPLIT == 1 {
             sync_warp();
-        } else if key_group == 0 {
-            sync_named::<1>(WARP_SIZE * DSPLIT as u32);
         } else {
-            sync_named::<2>(WARP_SIZE * DSPLIT as u32);
+            // Named barriers 1 and 2, one per pair, in one instruction (the id in a register).
+            sync_named_id(1 + key_group, WARP_SIZE * DSPLIT as u32);
         }
     };
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
