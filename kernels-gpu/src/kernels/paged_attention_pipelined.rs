@@ -376,36 +376,27 @@ unsafe fn rpa_pipelined_on<
     // 64-byte halves of eight tokens' lines. Rows are stored swizzled for ldmatrix
     // (`swizzled_chunk`).
     let part0 = copier % per_token;
-    // Page-table entry `table_slot` of the sequence's row. Entries past the row are never read
-    // (a token past the split has none: it is zero-filled whatever `page` holds).
-    let entry = #[inline(always)]
-    |table_slot: u32| {
-        if table_slot < p.pages_per_seq {
-            *blk.page_table.add(table_slot as usize)
-        } else {
-            -1
-        }
-    };
-    // This thread's first token of tile `i`'s copies.
-    let first_of = #[inline(always)]
-    |i: u32| split_lo + i * tile + first_token + copier / per_token;
-    // The page-table entry of that token, loaded a tile ahead of the copies that use it (the
-    // main loop passes the entry it loaded one iteration before): waiting for the load where the
-    // copies leave stalled the warps for ~20 % of their samples at 64 x 8k (ncu source counters,
-    // benchmarks/NOTES.md "v12").
-    let first_entry = #[inline(always)]
-    |i: u32| entry(pages.div_rem(first_of(i)).0);
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
-    |i: u32, slot: u32, first_page: i32, hint: CopyHint| {
+    |i: u32, slot: u32, hint: CopyHint| {
         let stage_base = smem_base + slot * stage_bytes;
         let tile_base = split_lo + i * tile;
         // This thread's tokens of the tile are `tokens_per_pass` apart: the page-table walk
-        // starts from the first's entry (`first_page`) and moves to the next page only where a
-        // pass crosses one (a division and a load then; never with pages of 16 tokens or more in
-        // mode 1, where a thread's four tokens span 13).
-        let (mut table_slot, mut in_page) = pages.div_rem(first_of(i));
-        let mut page = first_page;
+        // divides once, for the first, and moves to the next page only where a pass crosses one
+        // (a division and a load then; never with pages of 16 tokens or more in mode 1, where a
+        // thread's four tokens span 13).
+        // Entries past the sequence's row of the table are never read (a token past the split
+        // has none: it is zero-filled whatever `page` holds).
+        let entry = |table_slot: u32| {
+            if table_slot < p.pages_per_seq {
+                *blk.page_table.add(table_slot as usize)
+            } else {
+                -1
+            }
+        };
+        let first = tile_base + first_token + copier / per_token;
+        let (mut table_slot, mut in_page) = pages.div_rem(first);
+        let mut page = entry(table_slot);
         // Wrapping: the address is formed before the page's validity is known (and used only when
         // it is valid), so it may point anywhere meanwhile.
         let token_at = |page: i32, in_page: u32| {
@@ -451,11 +442,11 @@ unsafe fn rpa_pipelined_on<
     // behind branches (seen in the tile kernel's SASS, benchmarks/NOTES.md "v4").
     let evict_first = if p.copy_hint & 2 != 0 { evict_first_policy() } else { 0 };
     let issue = #[inline(always)]
-    |i: u32, slot: u32, first_page: i32| match p.copy_hint & 3 {
-        1 => issue_with(i, slot, first_page, CopyHint { prefetch_256: true, evict_first: None }),
-        0 => issue_with(i, slot, first_page, CopyHint { prefetch_256: false, evict_first: None }),
-        2 => issue_with(i, slot, first_page, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }),
-        _ => issue_with(i, slot, first_page, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }),
+    |i: u32, slot: u32| match p.copy_hint & 3 {
+        1 => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: None }),
+        0 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: None }),
+        2 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }),
+        _ => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }),
     };
 
     let mut o = [[0.0f32; 4]; NTILES];
@@ -478,13 +469,9 @@ unsafe fn rpa_pipelined_on<
     let k_chunk = k_half ^ chunk_swizzle(k_token, row_chunks);
     let v_chunk = v_half ^ chunk_swizzle(v_token, row_chunks);
 
-    // The entry of the next tile to copy, loaded before the copies of the one before leave.
-    let mut next_page = first_entry(0);
     for i in 0..stages - 1 {
-        let page = next_page;
-        next_page = first_entry(i + 1);
         if i < num_tiles {
-            issue(i, i, page);
+            issue(i, i);
         } else {
             commit_group();
         }
@@ -498,9 +485,7 @@ unsafe fn rpa_pipelined_on<
         wait_group_dyn(stages - 2);
         sync_copies();
         if i + stages - 1 < num_tiles {
-            let page = next_page;
-            next_page = first_entry(i + stages);
-            issue(i + stages - 1, if slot == 0 { stages - 1 } else { slot - 1 }, page);
+            issue(i + stages - 1, if slot == 0 { stages - 1 } else { slot - 1 });
         } else {
             commit_group();
         }
