@@ -45,16 +45,21 @@ pub fn evict_first_policy() -> u64 {
 pub unsafe fn cp_async_16(dst: u32, src: *const u8, valid: bool, hint: CopyHint) {
     #[cfg(target_arch = "nvptx64")]
     {
-        let n: u32 = if valid { 16 } else { 0 };
+        let valid = valid as u32;
+        // The `ignore-src` predicate (PTX 7.5) rather than a source size of 0 or 16: ptxas then
+        // predicates the copy on the comparison itself, where a size in a register took two
+        // selects and a comparison per copy pass (SASS, benchmarks/NOTES.md "v12").
         // No `nomem`: the compiler must keep them ordered with the waits and barriers around them.
         macro_rules! copy {
             ($suffix:literal) => {
-                core::arch::asm!(concat!("cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, {n};"),
-                    dst = in(reg32) dst, src = in(reg64) src, n = in(reg32) n, options(nostack))
+                core::arch::asm!(concat!("{{\n.reg .pred ignore;\nsetp.eq.u32 ignore, {valid}, 0;\n",
+                    "cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, ignore;\n}}"),
+                    dst = in(reg32) dst, src = in(reg64) src, valid = in(reg32) valid, options(nostack))
             };
             ($suffix:literal, $policy:expr) => {
-                core::arch::asm!(concat!("cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, {n}, {p};"),
-                    dst = in(reg32) dst, src = in(reg64) src, n = in(reg32) n, p = in(reg64) $policy,
+                core::arch::asm!(concat!("{{\n.reg .pred ignore;\nsetp.eq.u32 ignore, {valid}, 0;\n",
+                    "cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, ignore, {p};\n}}"),
+                    dst = in(reg32) dst, src = in(reg64) src, valid = in(reg32) valid, p = in(reg64) $policy,
                     options(nostack))
             };
         }

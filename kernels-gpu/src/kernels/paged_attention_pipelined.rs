@@ -381,10 +381,8 @@ unsafe fn rpa_pipelined_on<
     |i: u32, slot: u32, hint: CopyHint| {
         let stage_base = smem_base + slot * stage_bytes;
         let tile_base = split_lo + i * tile;
-        // This thread's tokens of the tile are `tokens_per_pass` apart: the page-table walk
-        // divides once, for the first, and moves to the next page only where a pass crosses one
-        // (a division and a load then; never with pages of 16 tokens or more in mode 1, where a
-        // thread's four tokens span 13).
+        // This thread's tokens of the tile are `tokens_per_pass` apart: one division, for the
+        // first, and a page-table load per page they touch.
         // Entries past the sequence's row of the table are never read (a token past the split
         // has none: it is zero-filled whatever `page` holds).
         let entry = |table_slot: u32| {
@@ -397,6 +395,7 @@ unsafe fn rpa_pipelined_on<
         let first = tile_base + first_token + copier / per_token;
         let (mut table_slot, mut in_page) = pages.div_rem(first);
         let mut page = entry(table_slot);
+        let mut page_ok = page_is_valid(page, p.total_pages);
         // Wrapping: the address is formed before the page's validity is known (and used only when
         // it is valid), so it may point anywhere meanwhile.
         let token_at = |page: i32, in_page: u32| {
@@ -405,25 +404,16 @@ unsafe fn rpa_pipelined_on<
         };
         // The pool address of this thread's token, meaningful while `page` is valid.
         let mut src = token_at(page, in_page);
-        unroll::<4>(|pass| {
-            if pass as u32 >= passes {
-                return;
-            }
-            let token = first_token + pass as u32 * tokens_per_pass + copier / per_token;
-            if pass > 0 {
-                in_page += tokens_per_pass;
-                if in_page >= p.page_size {
-                    let (pages_on, rest) = pages.div_rem(in_page);
-                    table_slot += pages_on;
-                    in_page = rest;
-                    page = entry(table_slot);
-                    src = token_at(page, in_page);
-                } else {
-                    src = src.wrapping_add(tokens_per_pass as usize * token_stride);
-                }
-            }
-            let valid = tile_base + token < split_hi && page_is_valid(page, p.total_pages);
-            let src = if valid { src } else { kv };
+        // Keys of the tile inside the split: pass `pass`'s token is inside when its offset from
+        // the thread's first token is below `inside - pass * tokens_per_pass` (uniform).
+        let inside = split_hi - tile_base;
+        let token0 = first_token + copier / per_token;
+        // One pass: this thread's copies of its token `pass` (zero-filled outside the split or on
+        // an invalid page; a copy not `valid` reads nothing, so `src` need not be an address).
+        let copy_pass = #[inline(always)]
+        |pass: usize, src: *const u8, page_ok: bool| {
+            let token = token0 + pass as u32 * tokens_per_pass;
+            let valid = page_ok && token0 < inside.saturating_sub(pass as u32 * tokens_per_pass);
             let row = token * kv_row_bytes;
             unroll::<COPIES>(|c| {
                 if (c as u32) < copies_per_token_thread {
@@ -431,10 +421,42 @@ unsafe fn rpa_pipelined_on<
                     let (region, col) = (part / row_chunks, part % row_chunks);
                     let col = swizzled_chunk(col, token, row_chunks);
                     let dst = stage_base + region * tile * kv_row_bytes + row + col * 16;
-                    cp_async_16(dst, src.add(c * 16 * per_token as usize), valid, hint);
+                    cp_async_16(dst, src.wrapping_add(c * 16 * per_token as usize), valid, hint);
                 }
             });
-        });
+        };
+        let step = tokens_per_pass as usize * token_stride;
+        if in_page + (passes - 1) * tokens_per_pass < p.page_size {
+            // Every pass on the first token's page (always with pages of 16 tokens or more in
+            // mode 1, where a thread's four tokens span 13): the next token is `step` bytes on.
+            unroll::<4>(|pass| {
+                if (pass as u32) < passes {
+                    copy_pass(pass, src.wrapping_add(pass * step), page_ok);
+                }
+            });
+        } else {
+            // The page-table walk: the next entry where a pass crosses a page (a division and a
+            // load then).
+            unroll::<4>(|pass| {
+                if pass as u32 >= passes {
+                    return;
+                }
+                if pass > 0 {
+                    in_page += tokens_per_pass;
+                    if in_page >= p.page_size {
+                        let (pages_on, rest) = pages.div_rem(in_page);
+                        table_slot += pages_on;
+                        in_page = rest;
+                        page = entry(table_slot);
+                        page_ok = page_is_valid(page, p.total_pages);
+                        src = token_at(page, in_page);
+                    } else {
+                        src = src.wrapping_add(step);
+                    }
+                }
+                copy_pass(pass, src, page_ok);
+            });
+        }
         commit_group();
     };
     // The L2 hint (`RpaParams::copy_hint`) is chosen once per tile and each arm's copies are
