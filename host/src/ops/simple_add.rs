@@ -10,6 +10,28 @@ use crate::error::Result;
 use crate::runtime::{KernelArgs, KernelModule, LaunchConfig, Stream};
 use crate::{ensure, invalid};
 
+/// Environment variable capping simple_add's grid at this many waves of resident blocks (each
+/// block then takes every `grid`-th span: the kernel's grid-stride loop); unset, empty or 0: one
+/// block per span. An experiment's knob (benchmarks/NOTES.md "v12"), read once per process.
+pub const WAVES_ENV_VAR: &str = "XGK_SIMPLE_ADD_WAVES";
+
+/// [`WAVES_ENV_VAR`], read once (an invalid value is an error at every launch).
+fn waves_setting() -> Result<u32> {
+    static WAVES: std::sync::OnceLock<std::result::Result<u32, String>> = std::sync::OnceLock::new();
+    WAVES
+        .get_or_init(|| match std::env::var(WAVES_ENV_VAR) {
+            Err(_) => Ok(0),
+            Ok(v) if v.is_empty() => Ok(0),
+            Ok(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= 1024)
+                .ok_or_else(|| format!("{WAVES_ENV_VAR}={v:?}: expected a whole number from 0 to 1024")),
+        })
+        .clone()
+        .map_err(crate::Error::invalid)
+}
+
 /// A validated simple_add: element type and count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimpleAdd {
@@ -89,7 +111,12 @@ impl SimpleAdd {
         // benchmarks/NOTES.md "simple_add"); the kernel's grid-stride loop covers what a grid
         // of at most 2^31 - 1 blocks leaves.
         let per_block = THREADS as usize * if vector_ok { SIMPLE_ADD_UNROLL } else { 1 };
-        let blocks = self.len.div_ceil(per_thread).div_ceil(per_block).clamp(1, i32::MAX as usize) as u32;
+        let mut blocks = self.len.div_ceil(per_thread).div_ceil(per_block).clamp(1, i32::MAX as usize) as u32;
+        let waves = waves_setting()?;
+        if waves > 0 {
+            let resident = module.resident_blocks(self.kernel(), THREADS, 0)?;
+            blocks = blocks.min(waves.saturating_mul(resident).saturating_mul(module.multiprocessors).max(1));
+        }
         let mut args = KernelArgs::new();
         args.push(a).push(b).push(out).push(self.len as u64).push(vector_ok as u32);
         let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
