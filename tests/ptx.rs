@@ -72,6 +72,7 @@ fn check_grid_dependency(image: &xla_gpu_kernels::host::runtime::PtxImage) {
 
 fn check_exports(ptx: &str, arch: &str) {
     let mut names = vec!["simple_add_f32".to_string(), "simple_add_f16".into(), "simple_add_bf16".into()];
+    names.extend(["simple_add_f32_x1".to_string(), "simple_add_f16_x1".into(), "simple_add_bf16_x1".into()]);
     for q in ["f32", "f16", "bf16"] {
         names.push(format!("rpa_combine_{q}"));
         for kv in [q, "e4m3", "e5m2"] {

@@ -10,23 +10,22 @@ use crate::error::Result;
 use crate::runtime::{KernelArgs, KernelModule, LaunchConfig, Stream};
 use crate::{ensure, invalid};
 
-/// Environment variable capping simple_add's grid at this many waves of resident blocks (each
-/// block then takes every `grid`-th span: the kernel's grid-stride loop); unset, empty or 0: one
-/// block per span. An experiment's knob (benchmarks/NOTES.md "v12"), read once per process.
-pub const WAVES_ENV_VAR: &str = "XGK_SIMPLE_ADD_WAVES";
+/// Environment variable choosing simple_add's vectors per thread: `4` (the default: blocks of
+/// 256 threads, each moving four 16-byte vectors per operand before its first store) or `1`
+/// (blocks of 128 threads, one vector each, as XLA's own elementwise kernels). An experiment's
+/// knob (benchmarks/NOTES.md "v12"), read once per process.
+pub const VECTORS_ENV_VAR: &str = "XGK_SIMPLE_ADD_VECTORS";
 
-/// [`WAVES_ENV_VAR`], read once (an invalid value is an error at every launch).
-fn waves_setting() -> Result<u32> {
-    static WAVES: std::sync::OnceLock<std::result::Result<u32, String>> = std::sync::OnceLock::new();
-    WAVES
-        .get_or_init(|| match std::env::var(WAVES_ENV_VAR) {
-            Err(_) => Ok(0),
-            Ok(v) if v.is_empty() => Ok(0),
-            Ok(v) => v
-                .parse::<u32>()
-                .ok()
-                .filter(|n| *n <= 1024)
-                .ok_or_else(|| format!("{WAVES_ENV_VAR}={v:?}: expected a whole number from 0 to 1024")),
+/// [`VECTORS_ENV_VAR`], read once (an invalid value is an error at every launch).
+fn vectors_setting() -> Result<usize> {
+    static VECTORS: std::sync::OnceLock<std::result::Result<usize, String>> = std::sync::OnceLock::new();
+    VECTORS
+        .get_or_init(|| match std::env::var(VECTORS_ENV_VAR) {
+            Err(_) => Ok(SIMPLE_ADD_UNROLL),
+            Ok(v) if v.is_empty() => Ok(SIMPLE_ADD_UNROLL),
+            Ok(v) if v == "1" => Ok(1),
+            Ok(v) if v == SIMPLE_ADD_UNROLL.to_string() => Ok(SIMPLE_ADD_UNROLL),
+            Ok(v) => Err(format!("{VECTORS_ENV_VAR}={v:?}: expected 1 or {SIMPLE_ADD_UNROLL}")),
         })
         .clone()
         .map_err(crate::Error::invalid)
@@ -84,6 +83,15 @@ impl SimpleAdd {
         }
     }
 
+    /// The kernel with one vector per thread ([`VECTORS_ENV_VAR`] = 1).
+    fn kernel_x1(self) -> &'static str {
+        match self.dtype {
+            DType::F32 => "simple_add_f32_x1",
+            DType::F16 => "simple_add_f16_x1",
+            _ => "simple_add_bf16_x1",
+        }
+    }
+
     /// Enqueues `out = a + b` on `stream`.
     ///
     /// # Safety
@@ -104,23 +112,20 @@ impl SimpleAdd {
         let elem = self.dtype.size_bytes().unwrap();
         let vector_ok = [a, b, out as *const c_void].iter().all(|&p| aligned(p, 16));
         let per_thread = if vector_ok { vector_width(elem) } else { 1 };
-        const THREADS: u32 = 256;
+        let unroll = vectors_setting()?;
+        let threads: u32 = if unroll == 1 { 128 } else { 256 };
         // One pass: a block per span of SIMPLE_ADD_UNROLL vectors per thread, the hardware
         // streaming blocks through the SMs as XLA's own elementwise kernels do (one wave of
         // resident blocks looping over the array read 2790 GB/s at 64 Mi f32 against XLA's 2975:
         // benchmarks/NOTES.md "simple_add"); the kernel's grid-stride loop covers what a grid
         // of at most 2^31 - 1 blocks leaves.
-        let per_block = THREADS as usize * if vector_ok { SIMPLE_ADD_UNROLL } else { 1 };
-        let mut blocks = self.len.div_ceil(per_thread).div_ceil(per_block).clamp(1, i32::MAX as usize) as u32;
-        let waves = waves_setting()?;
-        if waves > 0 {
-            let resident = module.resident_blocks(self.kernel(), THREADS, 0)?;
-            blocks = blocks.min(waves.saturating_mul(resident).saturating_mul(module.multiprocessors).max(1));
-        }
+        let per_block = threads as usize * if vector_ok { unroll } else { 1 };
+        let blocks = self.len.div_ceil(per_thread).div_ceil(per_block).clamp(1, i32::MAX as usize) as u32;
         let mut args = KernelArgs::new();
         args.push(a).push(b).push(out).push(self.len as u64).push(vector_ok as u32);
-        let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
-        module.launch(stream, self.kernel(), cfg, &mut args.pointers(), false)
+        let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
+        let kernel = if unroll == 1 { self.kernel_x1() } else { self.kernel() };
+        module.launch(stream, kernel, cfg, &mut args.pointers(), false)
     }
 
     /// CPU implementation: `out = a + b` over host byte buffers (the Host handler).

@@ -12,7 +12,13 @@ use crate::num::{Bf16, Element};
 use crate::thread::{block_dim_x, block_idx_x, grid_size_1d, index_1d, thread_idx_x};
 
 #[inline(always)]
-unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: *mut T, n: u64, vector_ok: u32) {
+unsafe fn simple_add<T: Element, const V: usize, const UNROLL: usize>(
+    a: *const T,
+    b: *const T,
+    out: *mut T,
+    n: u64,
+    vector_ok: u32,
+) {
     let stride = grid_size_1d();
     let mut done = 0u64;
     if vector_ok != 0 {
@@ -21,7 +27,6 @@ unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: 
         // flight per thread than one vector at a time, and each warp's loads within a few KiB
         // (loads `stride` vectors apart, the grid-stride layout, read 2790 GB/s at 64 Mi f32
         // against XLA's 2975: benchmarks/NOTES.md "simple_add").
-        const UNROLL: usize = SIMPLE_ADD_UNROLL;
         let vectors = n / V as u64;
         let block = block_dim_x() as u64;
         let span = UNROLL as u64 * block;
@@ -60,8 +65,9 @@ unsafe fn simple_add<T: Element, const V: usize>(a: *const T, b: *const T, out: 
     }
 }
 
-/// Vectors per thread and step of the vector path (a block's span is `SIMPLE_ADD_UNROLL *
-/// blockDim` vectors).
+/// Vectors per thread and step of the vector path of the `simple_add_<dtype>` kernels (a
+/// block's span is `SIMPLE_ADD_UNROLL * blockDim` vectors); the `simple_add_<dtype>_x1` kernels
+/// take one.
 pub const SIMPLE_ADD_UNROLL: usize = 4;
 
 /// Elements per thread and step for a 16-byte vector of `T`.
@@ -76,7 +82,7 @@ pub const fn vector_width(elem_bytes: usize) -> usize {
 /// `vector_ok != 0`.
 #[kernel]
 pub unsafe fn simple_add_f32(a: *const f32, b: *const f32, out: *mut f32, n: u64, vector_ok: u32) {
-    simple_add::<f32, 4>(a, b, out, n, vector_ok)
+    simple_add::<f32, 4, SIMPLE_ADD_UNROLL>(a, b, out, n, vector_ok)
 }
 
 /// `out = a + b` over `n` elements, launched with a 1-D grid of any size (grid-stride loop).
@@ -86,7 +92,7 @@ pub unsafe fn simple_add_f32(a: *const f32, b: *const f32, out: *mut f32, n: u64
 /// `vector_ok != 0`.
 #[kernel]
 pub unsafe fn simple_add_f16(a: *const f16, b: *const f16, out: *mut f16, n: u64, vector_ok: u32) {
-    simple_add::<f16, 8>(a, b, out, n, vector_ok)
+    simple_add::<f16, 8, SIMPLE_ADD_UNROLL>(a, b, out, n, vector_ok)
 }
 
 /// `out = a + b` over `n` elements, launched with a 1-D grid of any size (grid-stride loop).
@@ -96,5 +102,33 @@ pub unsafe fn simple_add_f16(a: *const f16, b: *const f16, out: *mut f16, n: u64
 /// `vector_ok != 0`.
 #[kernel]
 pub unsafe fn simple_add_bf16(a: *const Bf16, b: *const Bf16, out: *mut Bf16, n: u64, vector_ok: u32) {
-    simple_add::<Bf16, 8>(a, b, out, n, vector_ok)
+    simple_add::<Bf16, 8, SIMPLE_ADD_UNROLL>(a, b, out, n, vector_ok)
+}
+
+/// [`simple_add_f32`] with one vector per thread and step (XLA's own elementwise kernels take
+/// one: small blocks and few registers, many resident).
+///
+/// # Safety
+/// As [`simple_add_f32`].
+#[kernel]
+pub unsafe fn simple_add_f32_x1(a: *const f32, b: *const f32, out: *mut f32, n: u64, vector_ok: u32) {
+    simple_add::<f32, 4, 1>(a, b, out, n, vector_ok)
+}
+
+/// [`simple_add_f16`] with one vector per thread and step.
+///
+/// # Safety
+/// As [`simple_add_f16`].
+#[kernel]
+pub unsafe fn simple_add_f16_x1(a: *const f16, b: *const f16, out: *mut f16, n: u64, vector_ok: u32) {
+    simple_add::<f16, 8, 1>(a, b, out, n, vector_ok)
+}
+
+/// [`simple_add_bf16`] with one vector per thread and step.
+///
+/// # Safety
+/// As [`simple_add_bf16`].
+#[kernel]
+pub unsafe fn simple_add_bf16_x1(a: *const Bf16, b: *const Bf16, out: *mut Bf16, n: u64, vector_ok: u32) {
+    simple_add::<Bf16, 8, 1>(a, b, out, n, vector_ok)
 }
