@@ -10,10 +10,12 @@ use crate::error::Result;
 use crate::runtime::{KernelArgs, KernelModule, LaunchConfig, Stream};
 use crate::{ensure, invalid};
 
-/// Environment variable choosing simple_add's vectors per thread: `4` (the default: blocks of
-/// 256 threads, each moving four 16-byte vectors per operand before its first store) or `1`
-/// (blocks of 128 threads, one vector each, as XLA's own elementwise kernels). An experiment's
-/// knob (benchmarks/NOTES.md "v12"), read once per process.
+/// Environment variable choosing simple_add's vectors per thread: `1` (the default: blocks of
+/// 128 threads, one 16-byte vector per operand each, as XLA's own elementwise kernels; 30
+/// registers, sixteen blocks per multiprocessor) or `4` (blocks of 256 threads, four vectors per
+/// operand in flight before the first store; 72 registers, three blocks). One vector per thread
+/// was 1.5 % faster at 2^24 f32 on an H200 and equal from 2^26 up (benchmarks/NOTES.md "v12.7").
+/// Read once per process.
 pub const VECTORS_ENV_VAR: &str = "XGK_SIMPLE_ADD_VECTORS";
 
 /// [`VECTORS_ENV_VAR`], read once (an invalid value is an error at every launch).
@@ -21,8 +23,8 @@ fn vectors_setting() -> Result<usize> {
     static VECTORS: std::sync::OnceLock<std::result::Result<usize, String>> = std::sync::OnceLock::new();
     VECTORS
         .get_or_init(|| match std::env::var(VECTORS_ENV_VAR) {
-            Err(_) => Ok(SIMPLE_ADD_UNROLL),
-            Ok(v) if v.is_empty() => Ok(SIMPLE_ADD_UNROLL),
+            Err(_) => Ok(1),
+            Ok(v) if v.is_empty() => Ok(1),
             Ok(v) if v == "1" => Ok(1),
             Ok(v) if v == SIMPLE_ADD_UNROLL.to_string() => Ok(SIMPLE_ADD_UNROLL),
             Ok(v) => Err(format!("{VECTORS_ENV_VAR}={v:?}: expected 1 or {SIMPLE_ADD_UNROLL}")),
@@ -114,11 +116,11 @@ impl SimpleAdd {
         let per_thread = if vector_ok { vector_width(elem) } else { 1 };
         let unroll = vectors_setting()?;
         let threads: u32 = if unroll == 1 { 128 } else { 256 };
-        // One pass: a block per span of SIMPLE_ADD_UNROLL vectors per thread, the hardware
-        // streaming blocks through the SMs as XLA's own elementwise kernels do (one wave of
-        // resident blocks looping over the array read 2790 GB/s at 64 Mi f32 against XLA's 2975:
-        // benchmarks/NOTES.md "simple_add"); the kernel's grid-stride loop covers what a grid
-        // of at most 2^31 - 1 blocks leaves.
+        // One pass: a block per span of `unroll` vectors per thread, the hardware streaming
+        // blocks through the SMs as XLA's own elementwise kernels do (one wave of resident
+        // blocks looping over the array read 2790 GB/s at 64 Mi f32 against XLA's 2975, and a
+        // grid capped at 1-4 waves lost 1-9 %: benchmarks/NOTES.md "simple_add", "v12.6"); the
+        // kernel's grid-stride loop covers what a grid of at most 2^31 - 1 blocks leaves.
         let per_block = threads as usize * if vector_ok { unroll } else { 1 };
         let blocks = self.len.div_ceil(per_thread).div_ceil(per_block).clamp(1, i32::MAX as usize) as u32;
         let mut args = KernelArgs::new();

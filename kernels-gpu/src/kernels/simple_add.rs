@@ -1,9 +1,10 @@
 //! `out = a + b`, elementwise, for f32, f16 and bf16.
 //!
 //! Bandwidth-bound: each thread moves 16 bytes per operand per vector (4 f32 or 8 half values),
-//! four vectors per step (a block's contiguous span), when the host says all three pointers are
-//! 16-byte aligned, in a grid-stride loop over spans with one wave of resident blocks; the tail
-//! (and misaligned buffers) go element by element. Halves are added in f32 and rounded once,
+//! one vector per step (`simple_add_<dtype>_x1`, the host's default) or four (`simple_add_<dtype>`;
+//! a block's span is contiguous either way), when the host says all three pointers are 16-byte
+//! aligned, in a grid-stride loop over spans (the host launches a block per span); the tail (and
+//! misaligned buffers) go element by element. Halves are added in f32 and rounded once,
 //! which equals the correctly rounded half-precision sum.
 
 use super::{load_vec, store_vec, unroll};
@@ -106,7 +107,7 @@ pub unsafe fn simple_add_bf16(a: *const Bf16, b: *const Bf16, out: *mut Bf16, n:
 }
 
 /// [`simple_add_f32`] with one vector per thread and step (XLA's own elementwise kernels take
-/// one: small blocks and few registers, many resident).
+/// one: small blocks and few registers, many resident). The host's default.
 ///
 /// # Safety
 /// As [`simple_add_f32`].
