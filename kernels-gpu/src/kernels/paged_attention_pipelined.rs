@@ -372,8 +372,8 @@ unsafe fn rpa_pipelined_on<
     // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
     // `per_token` threads share a token: thread r of them copies chunks r, r + per_token, ... of
     // its K-then-V span. With eight (16-bit KV) each warp instruction reads four whole 128-byte
-    // lines (four tokens) and a thread resolves one page-table entry per pass; with four (fp8),
-    // 64-byte halves of eight tokens' lines. Rows are stored swizzled for ldmatrix
+    // lines (four tokens) and a thread loads a page-table entry per page it touches; with four
+    // (fp8), 64-byte halves of eight tokens' lines. Rows are stored swizzled for ldmatrix
     // (`swizzled_chunk`).
     let part0 = copier % per_token;
     // Inlined at each of its four call sites below (a closure called four times became a call).
@@ -427,8 +427,9 @@ unsafe fn rpa_pipelined_on<
         };
         let step = tokens_per_pass as usize * token_stride;
         if in_page + (passes - 1) * tokens_per_pass < p.page_size {
-            // Every pass on the first token's page (always with pages of 16 tokens or more in
-            // mode 1, where a thread's four tokens span 13): the next token is `step` bytes on.
+            // Every pass on the first token's page (with pages of 16 tokens or more in mode 1, a
+            // thread's four tokens span 13 from a key-group start): the next token is `step`
+            // bytes on.
             unroll::<4>(|pass| {
                 if (pass as u32) < passes {
                     copy_pass(pass, src.wrapping_add(pass * step), page_ok);
