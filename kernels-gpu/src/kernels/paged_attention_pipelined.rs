@@ -505,11 +505,6 @@ unsafe fn rpa_pipelined_on<
         // Tile i has landed for this thread; after the barrier, for every thread that reads it,
         // and every one of them is past tile i - 1, whose stage (the one before `slot`) the next
         // copies reuse.
-        let key0 = split_lo + i * tile + key_group * 16;
-        // Bit k: key key0 + k is inside the split and on a valid page (else zero-filled above).
-        // Taken before the wait for the tile's copies, so that its page-table load's latency
-        // passes while the copies land instead of after them.
-        let present = warp_ballot(lane < 16 && page_of(key0 + lane).is_some());
         wait_group_dyn(stages - 2);
         sync_copies();
         if i + stages - 1 < num_tiles {
@@ -520,6 +515,9 @@ unsafe fn rpa_pipelined_on<
 
         let stage = slot * stage_bytes;
         slot = if slot + 1 == stages { 0 } else { slot + 1 };
+        let key0 = split_lo + i * tile + key_group * 16;
+        // Bit k: key key0 + k is inside the split and on a valid page (else zero-filled above).
+        let present = warp_ballot(lane < 16 && page_of(key0 + lane).is_some());
 
         // The warp's 16 K rows, and its 16 V rows `tile` rows further.
         let k_base = smem_base + stage + key_group * 16 * kv_row_bytes;
