@@ -12,7 +12,7 @@
 //! register is one dim of two adjacent keys. Warps merge through shared memory as in the general
 //! kernel.
 
-use crate::attention::RpaParams;
+use crate::attention::{RowWindow, RpaParams};
 use crate::math::{exp2_approx, fma_f32, max_f32, tanh_fast, LOG2_E};
 use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
@@ -130,19 +130,42 @@ pub(crate) fn finish_logit(raw: f32, j: u32, blk: &Block, p: &RpaParams) -> f32 
 }
 
 /// One online-softmax step over a 16-key run: `s` holds the run's logits as two n-tiles of
-/// accumulator fragments (absent keys -inf); updates the running max `m`, this lane's share of the
-/// sum `l` and rescales `o` for rows `g` and `g + 8`; returns P (rounded to q's dtype, as the
-/// reference rounds probabilities to the value dtype) as the A operand of `O += P V`.
+/// accumulator fragments (absent keys -inf), weighed as `exp2((s - max) * exp_scale)`; updates the
+/// running max `m`, this lane's share of the sum `l` and rescales `o` for rows `g` and `g + 8`;
+/// returns P (rounded to q's dtype, as the reference rounds probabilities to the value dtype) as
+/// the A operand of `O += P V`. Without `upper_rows` (warp-uniform: the block's query heads fit
+/// rows 0-7, as in every GQA group up to 8) row `g + 8` is left out: its P is 0 and its state
+/// stays empty, half the softmax's instructions saved on rows that only pad the mma tile.
 #[inline(always)]
 pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
     s: &[[f32; 4]; 2],
+    exp_scale: f32,
+    upper_rows: bool,
     m: &mut [f32; 2],
     l: &mut [f32; 2],
     o: &mut [[f32; 4]; NTILES],
 ) -> [u32; 4] {
-    let mut pa = [[0u32; 4]; 1];
-    online_softmax_steps::<Q, NTILES, 2, 1>(s, LOG2_E, m, l, o, &mut pa);
-    pa[0]
+    let mut pa = [0u32; 4];
+    unroll::<2>(|ri| {
+        if ri == 1 && !upper_rows {
+            return;
+        }
+        softmax_row(
+            s,
+            ri,
+            exp_scale,
+            &mut m[ri],
+            &mut l[ri],
+            |corr| {
+                unroll::<NTILES>(|nt| {
+                    o[nt][2 * ri] *= corr;
+                    o[nt][2 * ri + 1] *= corr;
+                })
+            },
+            |nt, w0, w1| pa[2 * nt + ri] = Q::pack2(w0, w1),
+        )
+    });
+    pa
 }
 
 /// [`online_softmax_step`] over a run of `8 * KN` keys (`KN` n-tiles of S, `KS = KN / 2` k-steps
@@ -320,6 +343,139 @@ fn tree_fold<const N: usize>(v: &mut [f32; N], op: impl Fn(f32, f32) -> f32) -> 
     v[0]
 }
 
+/// The contract's logit transform, folded for logits kept in log2 units (the softmax then takes
+/// `exp2` with no multiply): `x = raw * sm_scale`, soft capped `cap * tanh(x / cap)`, masked keys
+/// (when they count) `x + mask_value`; each times log2(e).
+///
+/// In the WG kernels and the pipelined decode kernel (`fold`), without a soft cap and with a
+/// positive scale, the logits stay raw `q · k` and the scale goes into the softmax's exponent (`exp2(s * scale_log2 - max *
+/// scale_log2)`, one fma per weight): the max of raw logits is the max of scaled ones. `mask_add`
+/// is `mask_value` in the units the logits are kept in (raw only where that stays finite: a tiny
+/// scale could push `mask_value / sm_scale` past f32).
+pub(crate) struct LogitScale {
+    scale_log2: f32,
+    scale_over_cap: f32,
+    cap_log2: f32,
+    /// Logits kept raw, scaled in the exponent.
+    raw: bool,
+    /// The softmax's exponent scale: `scale_log2` for raw logits, else 1.
+    pub(crate) exp_scale: f32,
+    mask_add: f32,
+}
+
+impl LogitScale {
+    /// `fold`: keep logits raw where the contract allows (see above).
+    pub(crate) fn new(p: &RpaParams, fold: bool) -> Self {
+        let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
+        let scale_log2 = p.sm_scale * LOG2_E;
+        // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
+        let mask_log2 = if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 };
+        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0 && (mask_log2 / scale_log2).is_finite();
+        LogitScale {
+            scale_log2,
+            scale_over_cap: p.sm_scale / cap,
+            cap_log2: cap * LOG2_E,
+            raw,
+            exp_scale: if raw { scale_log2 } else { 1.0 },
+            mask_add: if raw { mask_log2 / scale_log2 } else { mask_log2 },
+        }
+    }
+
+    /// A softmax reference of logits in these units (raw, or log2 units) in the contract's
+    /// natural-log units, as the split and warp merges take it: raw ones times `sm_scale`, log2
+    /// ones over log2(e) (-inf stays -inf: the factor is positive).
+    #[inline(always)]
+    pub(crate) fn to_natural(&self, m: f32) -> f32 {
+        m * (self.exp_scale * (1.0 / LOG2_E))
+    }
+}
+
+/// What the mask of a warp's 16 M rows needs: the windows of this lane's two rows, and the keys
+/// every row of the warp sees (`[all_first, all_end)`: tiles inside need no mask).
+pub(crate) struct WarpRows {
+    pub win: [RowWindow; 2],
+    pub all_first: u32,
+    pub all_end: u32,
+}
+
+/// The logit transform and the masks of a warp's 16 M rows over a tile of `8 KN` keys at
+/// `tile_base` (`KN` n-tiles of S: element e of n-tile nt is M row lane/4 + 8 (e/2), key
+/// `tile_base + 8 nt + 2 (lane % 4) + e % 2`), in place: scaled as `logit` says, soft capped,
+/// masked keys offset by `mask_value` where they count and -inf where not, keys absent from
+/// `present` (one word per 32 keys; bit k: key `tile_base + k` is in range and on a valid page)
+/// -inf.
+#[inline(always)]
+pub(crate) fn mask_logits<const KN: usize, const PW: usize>(
+    s: &mut [[f32; 4]; KN],
+    tile_base: u32,
+    present: [u32; PW],
+    rows: &WarpRows,
+    logit: &LogitScale,
+    p: &RpaParams,
+) {
+    const { assert!(PW == KN.div_ceil(4), "one presence word per four n-tiles") };
+    let cq = (lane_id() % 4) as usize;
+    let include_masked = p.include_masked != 0;
+    if p.soft_cap != 0.0 {
+        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
+    } else if !logit.raw {
+        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
+    }
+    // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
+    let mut all_present = true;
+    unroll::<PW>(|w| {
+        // The word's keys: 32, or 16 in a tile of 16 (bits past them are ignored).
+        let keys = 8 * (KN - 4 * w).min(4) as u32;
+        let outside = if keys >= 32 { 0 } else { u32::MAX << keys };
+        all_present &= present[w] | outside == u32::MAX;
+    });
+    let interior = tile_base >= rows.all_first && tile_base + 8 * KN as u32 <= rows.all_end && all_present;
+    if !interior {
+        // Per row and 32-key word, the keys that count as visible and those that count masked
+        // (`include_masked`), as bit masks built once from the row's window; each element then
+        // tests a bit at a constant position (the lane's keys 2 (lane % 4) + {0, 1} of each
+        // 8-key n-tile, after a shift by 2 (lane % 4)): a few instructions per element instead
+        // of three comparisons on its key index, and no key index held in registers.
+        let keys = 8 * KN as u32;
+        let rel = |x: u32| x.saturating_sub(tile_base).min(keys);
+        unroll::<2>(|ri| {
+            let w = &rows.win[ri];
+            let (vis_lo, vis_hi) = (rel(w.first), rel(w.end));
+            let counted_hi = if include_masked && w.first < w.end { rel(w.kv_len) } else { 0 };
+            unroll::<PW>(|word| {
+                let base = 32 * word as u32;
+                let vis = (range_bits(vis_lo, vis_hi, base) & present[word]) >> (2 * cq);
+                let counted = (range_bits(0, counted_hi, base) & present[word]) >> (2 * cq);
+                unroll::<4>(|n| {
+                    let nt = 4 * word + n;
+                    if nt >= KN {
+                        return;
+                    }
+                    unroll::<2>(|h| {
+                        let bit = 1u32 << (8 * n + h);
+                        let e = 2 * ri + h;
+                        s[nt][e] = if vis & bit != 0 {
+                            s[nt][e]
+                        } else if counted & bit != 0 {
+                            s[nt][e] + logit.mask_add
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                    })
+                })
+            })
+        });
+    }
+}
+
+/// Bit k set for the keys `base + k` (k < 32) inside `[lo, hi)`.
+#[inline(always)]
+fn range_bits(lo: u32, hi: u32, base: u32) -> u32 {
+    let ones = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let (a, b) = (lo.saturating_sub(base), hi.saturating_sub(base));
+    ones(b) & !ones(a)
+}
+
 /// Hands a warp's `(m, l, O)` of rows `g` and `g + 8` to [`merge_warps_and_store`]: shared layout
 /// `[logical warp][row][2 + head_dim]` f32, `O` covering dims `[dim0, dim0 + 8 * NTILES)`. Warps
 /// that split the head dims of one logical warp share its `(m, l)`; the one with `dim0 == 0`
@@ -410,7 +566,7 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
         });
 
         // Online softmax per row; P packed as the A operand of P·V.
-        let pa = online_softmax_step::<Q, NTILES>(&s, &mut m, &mut l, &mut o);
+        let pa = online_softmax_step::<Q, NTILES>(&s, LOG2_E, true, &mut m, &mut l, &mut o);
 
         // O += P V: this lane reads dims nt*8 + gq of keys base + 2cq + {0, 1, 8, 9}.
         let mut v_rows: [Option<*const KV>; 4] = [None; 4];

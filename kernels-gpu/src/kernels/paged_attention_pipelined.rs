@@ -44,7 +44,7 @@ use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, WarpStates};
 use super::paged_attention_mma::{
-    finish_logit, load_q_fragments, online_softmax_step, store_warp_state, MMA_HEADS_PER_BLOCK,
+    load_q_fragments, mask_logits, online_softmax_step, store_warp_state, LogitScale, WarpRows, MMA_HEADS_PER_BLOCK,
 };
 use super::unroll;
 
@@ -314,7 +314,6 @@ unsafe fn rpa_pipelined_on<
     let warp = tid / WARP_SIZE;
     // The 16-key group this warp computes, and which part of the head dims it accumulates.
     let (key_group, dim_part) = (warp % key_groups, warp / key_groups);
-    let cq = (lane % 4) as usize;
     // Who copies which keys of a tile, and who waits for whom (`RpaParams::pipe_mode`): mode 0,
     // all threads copy the whole tile and meet at a block barrier per tile; mode 1, the `DSPLIT`
     // warps of a key group copy its 16 keys and wait for their own copies only (a warp barrier,
@@ -348,6 +347,14 @@ unsafe fn rpa_pipelined_on<
     };
     let (qa, q_factor) = q_as_operand::<Q, M, KSTEPS>(qa);
     p.sm_scale /= q_factor; // exact: a power of two
+    // Logits stay raw `q · k` with the scale in the softmax's exponent where the contract allows
+    // (no soft cap, a positive scale): one fma per weight instead of a multiply per logit, and
+    // tiles inside the row's window with every key present skip the mask.
+    let logit = LogitScale::new(&p, true);
+    // Every M row of the block is query row `t` (one head each): one window for all.
+    let rows = WarpRows { win: [blk.window; 2], all_first: blk.window.first, all_end: blk.window.end };
+    // Rows g + 8 (heads 8-15 of the chunk) exist only for GQA groups above 8.
+    let upper_rows = blk.hc > 8;
 
     let smem = dynamic_shared_mem::<f32>();
     let smem_base = shared_address(smem);
@@ -546,18 +553,8 @@ unsafe fn rpa_pipelined_on<
                 s[1] = M::mma(qa[k], [b[2], b[3]], s[1]);
             });
         }
-        // Element e of n-tile nt is row g + 8*(e/2), key key0 + nt*8 + 2*cq + e%2.
-        unroll::<2>(|nt| {
-            unroll::<4>(|e| {
-                let kk = nt * 8 + 2 * cq + (e & 1);
-                s[nt][e] = if present & (1 << kk) != 0 {
-                    finish_logit(s[nt][e], key0 + kk as u32, &blk, &p)
-                } else {
-                    f32::NEG_INFINITY
-                };
-            })
-        });
-        let pa = online_softmax_step::<M, NTILES>(&s, &mut m, &mut l, &mut o);
+        mask_logits::<2, 1>(&mut s, key0, [present], &rows, &logit, &p);
+        let pa = online_softmax_step::<M, NTILES>(&s, logit.exp_scale, upper_rows, &mut m, &mut l, &mut o);
 
         // O += P V.
         let v_row = v_base + v_token * kv_row_bytes;
@@ -593,6 +590,7 @@ unsafe fn rpa_pipelined_on<
         unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
     }
     let dim0 = dim_part as usize * NTILES * 8;
+    let m = [logit.to_natural(m[0]), logit.to_natural(m[1])];
     if fp8 {
         store_warp_state::<NTILES, true>(smem, D, key_group as usize, dim0, &m, &l, &o);
     } else {

@@ -31,14 +31,14 @@
 use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
-use crate::math::{tanh_fast, FastDiv, LOG2_E};
+use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, grid_dim_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention_mma::{online_softmax_steps, quad_sum};
+use super::paged_attention_mma::{mask_logits, online_softmax_steps, quad_sum, LogitScale, WarpRows};
 use super::unroll;
 use crate::wgmma;
 
@@ -235,45 +235,6 @@ pub(crate) struct TiledPointers<Q> {
     pub num_seqs: *const i32,
     pub plan: *const u32,
     pub out: *mut Q,
-}
-
-/// The contract's logit transform, folded for logits kept in log2 units (the softmax then takes
-/// `exp2` with no multiply): `x = raw * sm_scale`, soft capped `cap * tanh(x / cap)`, masked keys
-/// (when they count) `x + mask_value`; each times log2(e).
-///
-/// In the WG kernels (`fold`), without a soft cap and with a positive scale, the logits stay raw
-/// `q · k` and the scale goes into the softmax's exponent (`exp2(s * scale_log2 - max *
-/// scale_log2)`, one fma per weight): the max of raw logits is the max of scaled ones. `mask_add`
-/// is `mask_value` in the units the logits are kept in (raw only where that stays finite: a tiny
-/// scale could push `mask_value / sm_scale` past f32).
-pub(crate) struct LogitScale {
-    scale_log2: f32,
-    scale_over_cap: f32,
-    cap_log2: f32,
-    /// Logits kept raw, scaled in the exponent.
-    raw: bool,
-    /// The softmax's exponent scale: `scale_log2` for raw logits, else 1.
-    pub(crate) exp_scale: f32,
-    mask_add: f32,
-}
-
-impl LogitScale {
-    /// `fold`: keep logits raw where the contract allows (see above).
-    pub(crate) fn new(p: &RpaParams, fold: bool) -> Self {
-        let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
-        let scale_log2 = p.sm_scale * LOG2_E;
-        // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
-        let mask_log2 = if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 };
-        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0 && (mask_log2 / scale_log2).is_finite();
-        LogitScale {
-            scale_log2,
-            scale_over_cap: p.sm_scale / cap,
-            cap_log2: cap * LOG2_E,
-            raw,
-            exp_scale: if raw { scale_log2 } else { 1.0 },
-            mask_add: if raw { mask_log2 / scale_log2 } else { mask_log2 },
-        }
-    }
 }
 
 /// Keys `[lo, hi)` that any of rows `[ra, rb]` of an item may visit (rows' ranges grow with the
@@ -808,14 +769,6 @@ pub(crate) unsafe fn store_rows<Q: MmaElement, const D: usize, const NTILES: usi
     });
 }
 
-/// What the mask of a warp's 16 M rows needs: the windows of this lane's two rows, and the keys
-/// every row of the warp sees (`[all_first, all_end)`: tiles inside need no mask).
-pub(crate) struct WarpRows {
-    pub win: [RowWindow; 2],
-    pub all_first: u32,
-    pub all_end: u32,
-}
-
 /// The logit transform, the masks and one online-softmax step of a warp's 16 rows over the 64 keys
 /// of a tile at `tile_base`: `s` holds S (element e of n-tile nt: M row lane/4 + 8 (e/2), key
 /// `tile_base + 8 nt + 2 (lane % 4) + e % 2`), raw or as `logit` says; `present` bit k: key
@@ -837,72 +790,6 @@ pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
 ) {
     mask_logits(s, tile_base, present, rows, logit, p);
     online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, m, l, o, pa);
-}
-
-/// The logit transform and the masks of [`mask_and_softmax`], without the softmax step, over a
-/// tile of `8 KN` keys (`present`: one word per 32 keys).
-#[inline(always)]
-pub(crate) fn mask_logits<const KN: usize, const PW: usize>(
-    s: &mut [[f32; 4]; KN],
-    tile_base: u32,
-    present: [u32; PW],
-    rows: &WarpRows,
-    logit: &LogitScale,
-    p: &RpaParams,
-) {
-    const { assert!(KN == 4 * PW, "one presence word per four n-tiles") };
-    let cq = (lane_id() % 4) as usize;
-    let include_masked = p.include_masked != 0;
-    if p.soft_cap != 0.0 {
-        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
-    } else if !logit.raw {
-        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
-    }
-    // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
-    let mut all_present = true;
-    unroll::<PW>(|w| all_present &= present[w] == u32::MAX);
-    let interior = tile_base >= rows.all_first && tile_base + 8 * KN as u32 <= rows.all_end && all_present;
-    if !interior {
-        // Per row and 32-key word, the keys that count as visible and those that count masked
-        // (`include_masked`), as bit masks built once from the row's window; each element then
-        // tests a bit at a constant position (the lane's keys 2 (lane % 4) + {0, 1} of each
-        // 8-key n-tile, after a shift by 2 (lane % 4)): a few instructions per element instead
-        // of three comparisons on its key index, and no key index held in registers.
-        let keys = 8 * KN as u32;
-        let rel = |x: u32| x.saturating_sub(tile_base).min(keys);
-        unroll::<2>(|ri| {
-            let w = &rows.win[ri];
-            let (vis_lo, vis_hi) = (rel(w.first), rel(w.end));
-            let counted_hi = if include_masked && w.first < w.end { rel(w.kv_len) } else { 0 };
-            unroll::<PW>(|word| {
-                let base = 32 * word as u32;
-                let vis = (range_bits(vis_lo, vis_hi, base) & present[word]) >> (2 * cq);
-                let counted = (range_bits(0, counted_hi, base) & present[word]) >> (2 * cq);
-                unroll::<4>(|n| {
-                    let nt = 4 * word + n;
-                    unroll::<2>(|h| {
-                        let bit = 1u32 << (8 * n + h);
-                        let e = 2 * ri + h;
-                        s[nt][e] = if vis & bit != 0 {
-                            s[nt][e]
-                        } else if counted & bit != 0 {
-                            s[nt][e] + logit.mask_add
-                        } else {
-                            f32::NEG_INFINITY
-                        };
-                    })
-                })
-            })
-        });
-    }
-}
-
-/// Bit k set for the keys `base + k` (k < 32) inside `[lo, hi)`.
-#[inline(always)]
-fn range_bits(lo: u32, hi: u32, base: u32) -> u32 {
-    let ones = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
-    let (a, b) = (lo.saturating_sub(base), hi.saturating_sub(base));
-    ones(b) & !ones(a)
 }
 
 /// `O += P V` on the tensor cores (`wgmma`, issued and waited for): see [`wgmma_pv_issue`].

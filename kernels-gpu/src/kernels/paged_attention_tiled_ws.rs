@@ -51,10 +51,10 @@ use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use super::paged_attention_mma::{online_softmax_weights_f32, pack_weights};
+use super::paged_attention_mma::{mask_logits, online_softmax_weights_f32, pack_weights, LogitScale};
 use super::paged_attention_tiled::{
-    keep_o, mask_logits, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, LogitScale,
-    PlanView, TiledPointers, NO_SEQUENCE, TILE_M,
+    keep_o, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, PlanView, TiledPointers,
+    NO_SEQUENCE, TILE_M,
 };
 use super::unroll;
 
