@@ -381,8 +381,10 @@ unsafe fn rpa_pipelined_on<
     // its K-then-V span. With eight (16-bit KV) each warp instruction reads four whole 128-byte
     // lines (four tokens) and a thread loads a page-table entry per page it touches; with four
     // (fp8), 64-byte halves of eight tokens' lines. Rows are stored swizzled for ldmatrix
-    // (`swizzled_chunk`).
+    // (`swizzled_chunk`). `part0`: this thread's first chunk of its tokens' spans; `token0`: its
+    // first token's offset in a tile.
     let part0 = copier % per_token;
+    let token0 = first_token + copier / per_token;
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
     |i: u32, slot: u32, hint: CopyHint| {
@@ -399,8 +401,7 @@ unsafe fn rpa_pipelined_on<
                 -1
             }
         };
-        let first = tile_base + first_token + copier / per_token;
-        let (mut table_slot, mut in_page) = pages.div_rem(first);
+        let (mut table_slot, mut in_page) = pages.div_rem(tile_base + token0);
         let mut page = entry(table_slot);
         let mut page_ok = page_is_valid(page, p.total_pages);
         // Wrapping: the address is formed before the page's validity is known (and used only when
@@ -414,7 +415,6 @@ unsafe fn rpa_pipelined_on<
         // Keys of the tile inside the split: pass `pass`'s token is inside when its offset from
         // the thread's first token is below `inside - pass * tokens_per_pass` (uniform).
         let inside = split_hi - tile_base;
-        let token0 = first_token + copier / per_token;
         // One pass: this thread's copies of its token `pass` (zero-filled outside the split or on
         // an invalid page; a copy not `valid` reads nothing, so `src` need not be an address).
         let copy_pass = #[inline(always)]
