@@ -352,8 +352,14 @@ pub const TOLERANCE_VALUE_RANGE: f64 = 4.0;
 /// Worst |gpu - cpu| over all rows; asserts the tolerance (scaled by [`value_scale`]) and that
 /// every element was written.
 pub fn compare(case: &Case, gpu: &[u8], cpu: &[u8], label: &str) -> f64 {
+    compare_scaled(case, gpu, cpu, label, value_scale(case))
+}
+
+/// [`compare`] with `value_scale(case)` given: for a test comparing one case many times
+/// (`value_scale` reads the whole KV pool).
+pub fn compare_scaled(case: &Case, gpu: &[u8], cpu: &[u8], label: &str, value_scale: f64) -> f64 {
     let (atol, rtol) = tolerance(case.q_dtype);
-    let atol = atol * value_scale(case);
+    let atol = atol * value_scale;
     let mut worst = 0.0f64;
     for i in 0..case.max_tokens * case.num_q_heads * case.head_dim {
         let (g, c) = (decode(case.q_dtype, gpu, i), decode(case.q_dtype, cpu, i));

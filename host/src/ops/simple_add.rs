@@ -77,21 +77,19 @@ impl SimpleAdd {
         }
     }
 
-    fn kernel(self) -> &'static str {
-        match self.dtype {
-            DType::F32 => "simple_add_f32",
-            DType::F16 => "simple_add_f16",
-            _ => "simple_add_bf16",
-        }
-    }
-
-    /// The kernel with one vector per thread ([`VECTORS_ENV_VAR`] = 1).
-    fn kernel_x1(self) -> &'static str {
-        match self.dtype {
-            DType::F32 => "simple_add_f32_x1",
-            DType::F16 => "simple_add_f16_x1",
-            _ => "simple_add_bf16_x1",
-        }
+    /// The kernel and its block size for `vectors` 16-byte vectors per thread ([`VECTORS_ENV_VAR`]):
+    /// one vector in blocks of 128 threads (`simple_add_<dtype>_x1`), or four in blocks of 256.
+    fn kernel(self, vectors: usize) -> (&'static str, u32) {
+        let one = vectors == 1;
+        let name = match (self.dtype, one) {
+            (DType::F32, true) => "simple_add_f32_x1",
+            (DType::F16, true) => "simple_add_f16_x1",
+            (_, true) => "simple_add_bf16_x1",
+            (DType::F32, false) => "simple_add_f32",
+            (DType::F16, false) => "simple_add_f16",
+            (_, false) => "simple_add_bf16",
+        };
+        (name, if one { 128 } else { 256 })
     }
 
     /// Enqueues `out = a + b` on `stream`.
@@ -115,7 +113,7 @@ impl SimpleAdd {
         let vector_ok = [a, b, out as *const c_void].iter().all(|&p| aligned(p, 16));
         let per_thread = if vector_ok { vector_width(elem) } else { 1 };
         let unroll = vectors_setting()?;
-        let threads: u32 = if unroll == 1 { 128 } else { 256 };
+        let (kernel, threads) = self.kernel(unroll);
         // One pass: a block per span of `unroll` vectors per thread, the hardware streaming
         // blocks through the SMs as XLA's own elementwise kernels do (one wave of resident
         // blocks looping over the array read 2790 GB/s at 64 Mi f32 against XLA's 2975, and a
@@ -126,7 +124,6 @@ impl SimpleAdd {
         let mut args = KernelArgs::new();
         args.push(a).push(b).push(out).push(self.len as u64).push(vector_ok as u32);
         let cfg = LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), shared_bytes: 0 };
-        let kernel = if unroll == 1 { self.kernel_x1() } else { self.kernel() };
         module.launch(stream, kernel, cfg, &mut args.pointers(), false)
     }
 

@@ -346,7 +346,8 @@ unsafe fn rpa_pipelined_on<
         load_q_fragments::<Q, KV, KSTEPS, false>(&ptr, &p, &blk)
     };
     let (qa, q_factor) = q_as_operand::<Q, M, KSTEPS>(qa);
-    p.sm_scale /= q_factor; // exact: a power of two
+    // Exact: a power of two.
+    p.sm_scale /= q_factor;
     // Logits stay raw `q · k` with the scale in the softmax's exponent where the contract allows
     // (no soft cap, a positive scale): one fma per weight instead of a multiply per logit, and
     // tiles inside the row's window with every key present skip the mask.
