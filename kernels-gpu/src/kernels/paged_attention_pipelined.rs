@@ -345,17 +345,6 @@ unsafe fn rpa_pipelined_on<
     } else {
         load_q_fragments::<Q, KV, KSTEPS, false>(&ptr, &p, &blk)
     };
-    let (qa, q_factor) = q_as_operand::<Q, M, KSTEPS>(qa);
-    // Exact: a power of two.
-    p.sm_scale /= q_factor;
-    // Logits stay raw `q · k` with the scale in the softmax's exponent where the contract allows
-    // (no soft cap, a positive scale): one fma per weight instead of a multiply per logit, and
-    // tiles inside the row's window with every key present skip the mask.
-    let logit = LogitScale::new(&p, true);
-    // Every M row of the block is query row `t` (one head each): one window for all.
-    let rows = WarpRows { win: [blk.window; 2], all_first: blk.window.first, all_end: blk.window.end };
-    // Rows g + 8 (heads 8-15 of the chunk) exist only for GQA groups above 8.
-    let upper_rows = blk.hc > 8;
 
     let smem = dynamic_shared_mem::<f32>();
     let smem_base = shared_address(smem);
@@ -507,6 +496,19 @@ unsafe fn rpa_pipelined_on<
             commit_group();
         }
     }
+    // q as the tensor cores' operands, once the first tiles' copies are out: for bf16 q with fp8
+    // KV the conversion waits for q's loads (and a warp-wide max) and would otherwise hold the
+    // copies back by that round trip.
+    let (qa, q_factor) = q_as_operand::<Q, M, KSTEPS>(qa);
+    // Logits stay raw `q · k` with the scale in the softmax's exponent where the contract allows
+    // (no soft cap, a positive scale): one fma per weight instead of a multiply per logit, and
+    // tiles inside the row's window with every key present skip the mask. The factor q was
+    // scaled by leaves the logits exactly (a power of two).
+    let logit = LogitScale::new(&RpaParams { sm_scale: p.sm_scale / q_factor, ..p }, true);
+    // Every M row of the block is query row `t` (one head each): one window for all.
+    let rows = WarpRows { win: [blk.window; 2], all_first: blk.window.first, all_end: blk.window.end };
+    // Rows g + 8 (heads 8-15 of the chunk) exist only for GQA groups above 8.
+    let upper_rows = blk.hc > 8;
     // Stage of tile i (i % stages), kept as a counter: no division per tile.
     let mut slot = 0;
     for i in 0..num_tiles {
