@@ -14,8 +14,8 @@
 //!   on request, `RpaParams::copy_hint`), `stages - 1` tiles ahead of its math, and waits for its
 //!   own copies only (`RpaParams::pipe_mode` 1; mode 0 has all threads copy the whole tile and meet
 //!   at a block barrier per tile). The host picks the stage count that keeps about 128 KiB per SM
-//!   in flight (3 stages of 32 KiB for 16-bit KV at head_dim 128; 2 for the instruction-bound
-//!   fp8 kernel); keys past the split or on an invalid page are zero-filled (and masked below);
+//!   in flight (3 stages of 32 KiB for 16-bit KV at head_dim 128; 2 for fp8 KV, where more
+//!   measured slower); keys past the split or on an invalid page are zero-filled (and masked below);
 //! - each warp takes 16 keys of the tile: `S = Q Kᵀ` with K fragments from `ldmatrix`, online
 //!   softmax on the accumulators, `O += P V` with V fragments from `ldmatrix.trans`;
 //! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
@@ -55,21 +55,14 @@ pub const PIPE_TILE_KEYS: u32 = 64;
 /// count at run time (`RpaParams::pipe_stages`).
 pub const PIPE_MAX_STAGES: u32 = 8;
 
-/// Threads that copy one token's K and V rows together, 16 bytes each, for KV elements of
-/// `kv_bytes` bytes. 16-bit KV: eight, so that a warp instruction reads whole 128-byte lines (four
-/// tokens' eight chunks); four threads per token (half lines of eight tokens) asked the L2 for twice
-/// the requests per byte, which bound the H200 at 91-93 % of its L2 throughput with DRAM at 80 %
-/// (benchmarks/NOTES.md "v9"). fp8 KV: four. Its kernel is bound by instructions (the conversion
-/// to f16 operands), not by the L2, and eight threads per token doubled its copy passes (page-table
-/// lookups and address arithmetic): 4-5 % slower on the H200 (NOTES "v9", "v10"). Every supported
-/// row holds at least 8 chunks per token (fp8 at head_dim 64: 64 + 64 bytes).
-const fn threads_per_token(kv_bytes: u32) -> u32 {
-    if kv_bytes == 1 {
-        4
-    } else {
-        8
-    }
-}
+/// Threads that copy one token's K and V rows together, 16 bytes each: eight, so that a warp
+/// instruction reads 128 contiguous bytes (a whole line) of each of four tokens. Four threads per
+/// token (half lines of eight tokens) asked the L2 for twice the requests per byte:
+/// that bound the 16-bit kernel at 91-93 % of the H200's L2 throughput with DRAM at 80 %
+/// (benchmarks/NOTES.md "v9"), and the fp8 kernel 4-5 % below eight threads once its instructions
+/// were cut (NOTES "v13.3"; in v10, with 30 % more instructions, eight had been slower). Every
+/// supported row holds at least 8 chunks per token (fp8 at head_dim 64: 64 + 64 bytes).
+const THREADS_PER_TOKEN: u32 = 8;
 
 /// Keys per tile: 64 (four 16-key groups, one warp each), 32 at head_dim 256, where two warps
 /// share each group: 4 warps and 32 KiB stages, so that two blocks fit an SM (with 64-key tiles,
@@ -300,12 +293,12 @@ unsafe fn rpa_pipelined_on<
     let token_chunks: u32 = 2 * row_chunks;
     let stage_bytes = pipelined_stage_bytes(D as u32, kv_bytes, tile);
     let stages = p.pipe_stages;
-    // Copies per thread and token (`token_chunks / threads_per_token`): 4 for 16-bit KV at
-    // D = 128 (eight threads per token), 8 at D = 256, 4 for fp8 at D = 128 (four threads per
-    // token) and 2 at D = 64; passes of `copiers / threads_per_token` tokens cover the tile (or
-    // the key group: the same count of passes).
+    // Copies per thread and token (`token_chunks / THREADS_PER_TOKEN`): 4 for 16-bit KV at
+    // D = 128, 8 at D = 256, 2 for fp8 at D = 128 and 1 at D = 64; passes of
+    // `copiers / THREADS_PER_TOKEN` tokens cover the tile (or the key group: the same count of
+    // passes, four).
     const COPIES: usize = 8;
-    let per_token = threads_per_token(kv_bytes);
+    let per_token = THREADS_PER_TOKEN;
     let copies_per_token_thread = token_chunks / per_token;
     let passes = tile / (threads / per_token);
 
@@ -368,9 +361,8 @@ unsafe fn rpa_pipelined_on<
 
     // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
     // `per_token` threads share a token: thread r of them copies chunks r, r + per_token, ... of
-    // its K-then-V span. With eight (16-bit KV) each warp instruction reads four whole 128-byte
-    // lines (four tokens) and a thread loads a page-table entry per page it touches; with four
-    // (fp8), 64-byte halves of eight tokens' lines. Rows are stored swizzled for ldmatrix
+    // its K-then-V span: each warp instruction reads four tokens' whole 128-byte pieces, and a
+    // thread loads a page-table entry per page it touches. Rows are stored swizzled for ldmatrix
     // (`swizzled_chunk`). `part0`: this thread's first chunk of its tokens' spans; `token0`: its
     // first token's offset in a tile.
     let part0 = copier % per_token;

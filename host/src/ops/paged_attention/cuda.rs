@@ -945,11 +945,12 @@ const PIPE_IN_FLIGHT_PER_SM: u64 = 128 * 1024;
 
 /// The pipelined kernel's stage count for a shape: the one giving the most resident blocks per SM
 /// among those keeping [`PIPE_IN_FLIGHT_PER_SM`] in flight (`blocks * (stages - 1)` stages), else
-/// the one keeping the most in flight; fewer stages on ties. fp8 KV takes two: its kernel is
-/// bound by its instructions (the widening to f16 operands), not by bytes in flight, and on an
-/// H200 two stages ran faster than three and four on every fp8 cell measured (1 x 32k 34.5
-/// against 36.1 µs with four, 32 x 4k 90.6 against 95.5; benchmarks/NOTES.md "v11"; an H100 had
-/// preferred five when the kernel widened fp8 in shared memory, v8).
+/// the one keeping the most in flight; fewer stages on ties. fp8 KV takes two: on an H200 two
+/// stages ran faster than three and four on every fp8 cell measured, twice (1 x 32k 34.5 against
+/// 36.1 µs with four, benchmarks/NOTES.md "v11"; 33.2 / 35.0 / 35.6 µs with two / three / four
+/// and 32 x 4k 85.9 / 89.1 / 91.3 after the kernel lost a quarter of its instructions, "v13.2"):
+/// bytes in flight are not what it lacks. (An H100 had preferred five when the kernel widened
+/// fp8 in shared memory, v8.)
 fn choose_pipe_stages(
     module: &ContextModule,
     name: &'static str,
