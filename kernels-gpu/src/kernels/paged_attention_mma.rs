@@ -145,37 +145,21 @@ pub(crate) fn online_softmax_step<Q: MmaElement, const NTILES: usize>(
     l: &mut [f32; 2],
     o: &mut [[f32; 4]; NTILES],
 ) -> [u32; 4] {
-    let mut pa = [0u32; 4];
-    unroll::<2>(|ri| {
-        if ri == 1 && !upper_rows {
-            return;
-        }
-        softmax_row(
-            s,
-            ri,
-            exp_scale,
-            &mut m[ri],
-            &mut l[ri],
-            |corr| {
-                unroll::<NTILES>(|nt| {
-                    o[nt][2 * ri] *= corr;
-                    o[nt][2 * ri + 1] *= corr;
-                })
-            },
-            |nt, w0, w1| pa[2 * nt + ri] = Q::pack2(w0, w1),
-        )
-    });
-    pa
+    let mut pa = [[0u32; 4]; 1];
+    online_softmax_steps::<Q, NTILES, 2, 1>(s, exp_scale, upper_rows, m, l, o, &mut pa);
+    pa[0]
 }
 
 /// [`online_softmax_step`] over a run of `8 * KN` keys (`KN` n-tiles of S, `KS = KN / 2` k-steps
 /// of `O += P V`): one max, one rescale for the whole run. `pa[ks]` is the A operand of k-step
 /// `ks` (keys `16 ks .. 16 ks + 16`). Weights are `exp2((s - max) * exp_scale)`: `LOG2_E` for
-/// natural-log logits, 1 for logits already in log2 units (the multiply folds away).
+/// natural-log logits, 1 for logits already in log2 units (the multiply folds away). Without
+/// `upper_rows`, row `g + 8` is left out (its entries of `pa` are left as they are).
 #[inline(always)]
 pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN: usize, const KS: usize>(
     s: &[[f32; 4]; KN],
     exp_scale: f32,
+    upper_rows: bool,
     m: &mut [f32; 2],
     l: &mut [f32; 2],
     o: &mut [[f32; 4]; NTILES],
@@ -185,6 +169,9 @@ pub(crate) fn online_softmax_steps<Q: MmaElement, const NTILES: usize, const KN:
     // register limit, and a factor kept alive past the weights made ptxas spill.
     const { assert!(KN == 2 * KS, "two S n-tiles per P k-step") };
     unroll::<2>(|ri| {
+        if ri == 1 && !upper_rows {
+            return;
+        }
         softmax_row(
             s,
             ri,

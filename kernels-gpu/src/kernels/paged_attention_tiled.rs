@@ -789,7 +789,7 @@ pub(crate) fn mask_and_softmax<Q: MmaElement, const NTILES: usize>(
     pa: &mut [[u32; 4]; 4],
 ) {
     mask_logits(s, tile_base, present, rows, logit, p);
-    online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, m, l, o, pa);
+    online_softmax_steps::<Q, NTILES, 8, 4>(s, logit.exp_scale, true, m, l, o, pa);
 }
 
 /// `O += P V` on the tensor cores (`wgmma`, issued and waited for): see [`wgmma_pv_issue`].
