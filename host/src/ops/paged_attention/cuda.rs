@@ -3,7 +3,8 @@
 use std::ffi::c_void;
 
 use kernels_gpu::kernels::paged_attention::{
-    rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS, RPA_THREADS, RPA_WARPS,
+    rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS, MAX_MERGE_SPLITS, RPA_THREADS,
+    RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
@@ -51,8 +52,8 @@ impl DeviceBuffers {
 
 /// Fewest keys a split should hold: below this the merge costs more than the parallelism gains.
 const MIN_KEYS_PER_SPLIT: u32 = 128;
-/// Upper bound on splits (bounds the scratch buffer).
-const MAX_SPLITS: u32 = 256;
+/// Upper bound on splits (bounds the scratch buffer; the merge kernel merges at most this many).
+const MAX_SPLITS: u32 = MAX_MERGE_SPLITS;
 
 /// Resident attention blocks per multiprocessor worth aiming for (128 threads and ~56 registers
 /// each: about 8 fit), so loads from enough warps are in flight to cover memory latency.
@@ -654,7 +655,7 @@ impl LaunchPlan {
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
                 if d.splits > 1 && !d.cluster {
-                    v.push((combine_kernel(spec), 0));
+                    v.push((combine_kernel(spec), rpa_combine_shared_bytes()));
                 }
                 v
             }
@@ -1130,9 +1131,13 @@ unsafe fn launch_direct(
     }
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
-    let cfg =
-        LaunchConfig { grid: (spec.max_tokens, spec.num_q_heads, 1), block: (RPA_THREADS, 1, 1), shared_bytes: 0 };
-    // SAFETY: the plan's kernel 1 is the merge kernel (no dynamic shared memory).
+    let cfg = LaunchConfig {
+        grid: (spec.max_tokens, spec.num_q_heads, 1),
+        block: (RPA_THREADS, 1, 1),
+        shared_bytes: rpa_combine_shared_bytes(),
+    };
+    // SAFETY: the plan's kernel 1 is the merge kernel (its shared memory as it needs); the
+    // partials start at the scratch's base, 16-byte aligned (checked by `launch_cuda`).
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
