@@ -24,7 +24,7 @@ use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
 use crate::num::{Bf16, Element, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_max_f32, warp_sum_f32, WARP_SIZE};
+use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
 
 use super::unroll;
 
@@ -471,36 +471,37 @@ unsafe fn merge_cluster_splits<Q: Element, KV>(
     crate::cluster::sync();
 }
 
-/// Most splits the merge kernel merges (the host's plans never make more: its shared memory
-/// holds one weight per split).
-pub const MAX_MERGE_SPLITS: u32 = 256;
-
 /// Output elements of a partial row one merge thread reads at once (16-byte loads; every
 /// supported head_dim is a multiple of 16, so rows of the partials stay 16-byte aligned).
 const MERGE_VECTOR: usize = 4;
 
-/// Splits whose partials one merge thread loads before it adds any: the loads of a thread's
-/// splits are independent, and the merge is a chain of L2 round trips unless they are in flight
-/// together.
+/// Splits whose log-sum-exps and partials one merge thread loads before it adds any: the loads
+/// of a thread's splits are independent, and the merge is a chain of L2 round trips unless they
+/// are in flight together.
 const MERGE_LOADS_IN_FLIGHT: usize = 8;
 
-/// Dynamic shared memory of the merge kernel: a weight per split, the split groups' partial
-/// sums (at most `RPA_THREADS * MERGE_VECTOR` floats: the groups tile the block's threads), and
-/// the four warps' maxima and weight sums.
+/// Most split groups of a merge block: a group is `head_dim / 4` threads, and the smallest
+/// supported head_dim (64) gives the most.
+const MAX_MERGE_GROUPS: usize = RPA_THREADS as usize / (64 / MERGE_VECTOR);
+
+/// Dynamic shared memory of the merge kernel: each split group's running maximum and weight sum,
+/// and its partial sums (at most `RPA_THREADS * MERGE_VECTOR` floats: the groups tile the
+/// block's threads).
 pub const fn rpa_combine_shared_bytes() -> u32 {
-    (MAX_MERGE_SPLITS + RPA_THREADS * MERGE_VECTOR as u32 + 2 * RPA_WARPS) * 4
+    (2 * MAX_MERGE_GROUPS as u32 + RPA_THREADS * MERGE_VECTOR as u32) * 4
 }
 
 /// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their
 /// log-sum-exp. Rows where every split saw no key are written as zeros.
 ///
-/// Latency-bound (a few KiB per row): every load of a row's merge is in flight at once. The
-/// block's threads first read one split's log-sum-exp each (the row's maximum and each split's
-/// weight, in shared memory); then the threads form groups of `head_dim / 4` lanes, each group
-/// a share of the splits, every lane 16 bytes of a partial row per split with
-/// [`MERGE_LOADS_IN_FLIGHT`] splits' loads issued before their sums; the groups' sums meet in
-/// shared memory. (A loop over the splits per output element, one dependent round trip each,
-/// took 7 µs for 47 splits on an H200, benchmarks/NOTES.md "v14".)
+/// Latency-bound (a few KiB per row), so every load is in flight at once: the block's threads
+/// form groups of `head_dim / 4`, each group a share of the splits, each thread 16 bytes of a
+/// partial row and the split's log-sum-exp per split, [`MERGE_LOADS_IN_FLIGHT`] splits loaded
+/// before any is added; each group keeps an online softmax merge (running maximum, weight sum,
+/// sums), and the groups' states meet in shared memory after one barrier. One L2 round trip
+/// for up to eight splits per group. (Loops over the splits per output element took 7 µs for 47
+/// splits on an H200; reading every weight first, then the partials, regressed the cells of
+/// few splits: benchmarks/NOTES.md "v14".)
 #[inline(always)]
 unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
     // Launched programmatically after the split kernel: its partials are complete and visible
@@ -513,86 +514,77 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
     let nq = p.num_q_heads as usize;
     let rows_per_split = p.max_tokens as usize * nq;
     let row = t * nq + h;
-    let splits = (p.num_splits as usize).min(MAX_MERGE_SPLITS as usize);
-    let threads = RPA_THREADS as usize;
+    let splits = p.num_splits as usize;
     let tid = thread_idx_x() as usize;
-    let (warp, lane) = (tid / WARP_SIZE as usize, lane_id());
-    let weights = dynamic_shared_mem::<f32>();
-    let sums = weights.add(MAX_MERGE_SPLITS as usize);
-    let warp_max = sums.add(threads * MERGE_VECTOR);
-    let warp_wsum = warp_max.add(RPA_WARPS as usize);
-
-    // The splits' log-sum-exps, their maximum, and each split's weight against it.
-    let mut m = f32::NEG_INFINITY;
-    let mut s = tid;
-    while s < splits {
-        let lse = *part_lse.add(s * rows_per_split + row);
-        *weights.add(s) = lse;
-        m = max_f32(m, lse);
-        s += threads;
-    }
-    m = warp_max_f32(m);
-    if lane == 0 {
-        *warp_max.add(warp) = m;
-    }
-    sync_threads();
-    let mut m_all = f32::NEG_INFINITY;
-    unroll::<{ RPA_WARPS as usize }>(|w| m_all = max_f32(m_all, *warp_max.add(w)));
-    let mut wsum = 0.0f32;
-    let mut s = tid;
-    while s < splits {
-        // A split that saw no key (lse = -inf) weighs nothing; its partial may be unwritten.
-        let lse = *weights.add(s);
-        let w = if lse != f32::NEG_INFINITY { exp2_approx((lse - m_all) * LOG2_E) } else { 0.0 };
-        *weights.add(s) = w;
-        wsum += w;
-        s += threads;
-    }
-    wsum = warp_sum_f32(wsum);
-    if lane == 0 {
-        *warp_wsum.add(warp) = wsum;
-    }
-    sync_threads();
-
-    // Each group of `lanes` threads sums its splits' partial rows, 16 bytes a lane.
     let lanes = d / MERGE_VECTOR;
-    let groups = threads / lanes;
+    let groups = (RPA_THREADS as usize / lanes).min(MAX_MERGE_GROUPS);
     let (group, part) = (tid / lanes, tid % lanes);
+    let states = dynamic_shared_mem::<f32>();
+    let sums = states.add(2 * MAX_MERGE_GROUPS);
+
     if group < groups {
+        let mut m = f32::NEG_INFINITY;
+        let mut wsum = 0.0f32;
         let mut acc = [0.0f32; MERGE_VECTOR];
         let mut s = group;
         while s < splits {
-            let mut w = [0.0f32; MERGE_LOADS_IN_FLIGHT];
+            // A split that saw no key (lse = -inf) may have left its partial unwritten: loaded
+            // with the others (inside the workspace), never added.
+            let mut lse = [f32::NEG_INFINITY; MERGE_LOADS_IN_FLIGHT];
             let mut v = [[0.0f32; MERGE_VECTOR]; MERGE_LOADS_IN_FLIGHT];
             unroll::<MERGE_LOADS_IN_FLIGHT>(|k| {
                 let sk = s + k * groups;
                 if sk < splits {
-                    w[k] = *weights.add(sk);
-                    if w[k] > 0.0 {
-                        let src = part_o.add((sk * rows_per_split + row) * d + part * MERGE_VECTOR);
-                        v[k] = (*(src as *const Vector4)).0;
-                    }
+                    lse[k] = *part_lse.add(sk * rows_per_split + row);
+                    let src = part_o.add((sk * rows_per_split + row) * d + part * MERGE_VECTOR);
+                    v[k] = (*(src as *const Vector4)).0;
                 }
             });
-            unroll::<MERGE_LOADS_IN_FLIGHT>(|k| {
-                unroll::<MERGE_VECTOR>(|e| acc[e] += w[k] * v[k][e]);
-            });
+            let mut m_new = m;
+            unroll::<MERGE_LOADS_IN_FLIGHT>(|k| m_new = max_f32(m_new, lse[k]));
+            if m_new != f32::NEG_INFINITY {
+                // exp2(-inf) = 0: the first splits that saw keys start the sums.
+                let rescale = exp2_approx((m - m_new) * LOG2_E);
+                wsum *= rescale;
+                unroll::<MERGE_VECTOR>(|e| acc[e] *= rescale);
+                unroll::<MERGE_LOADS_IN_FLIGHT>(|k| {
+                    if lse[k] != f32::NEG_INFINITY {
+                        let w = exp2_approx((lse[k] - m_new) * LOG2_E);
+                        wsum += w;
+                        unroll::<MERGE_VECTOR>(|e| acc[e] += w * v[k][e]);
+                    }
+                });
+                m = m_new;
+            }
             s += MERGE_LOADS_IN_FLIGHT * groups;
+        }
+        if part == 0 {
+            *states.add(2 * group) = m;
+            *states.add(2 * group + 1) = wsum;
         }
         *(sums.add(group * d + part * MERGE_VECTOR) as *mut Vector4) = Vector4(acc);
     }
     sync_threads();
 
-    let mut wsum = 0.0f32;
-    unroll::<{ RPA_WARPS as usize }>(|w| wsum += *warp_wsum.add(w));
+    let mut m_all = f32::NEG_INFINITY;
+    for g in 0..groups {
+        m_all = max_f32(m_all, *states.add(2 * g));
+    }
     let mut dim = tid;
     while dim < d {
-        let mut o = 0.0f32;
-        for g in 0..groups {
-            o += *sums.add(g * d + dim);
+        let (mut o, mut wsum) = (0.0f32, 0.0f32);
+        if m_all != f32::NEG_INFINITY {
+            for g in 0..groups {
+                let m = *states.add(2 * g);
+                if m != f32::NEG_INFINITY {
+                    let scale = exp2_approx((m - m_all) * LOG2_E);
+                    o += scale * *sums.add(g * d + dim);
+                    wsum += scale * *states.add(2 * g + 1);
+                }
+            }
         }
         *out.add(row * d + dim) = Q::from_f32(if wsum > 0.0 { o / wsum } else { 0.0 });
-        dim += threads;
+        dim += RPA_THREADS as usize;
     }
 }
 

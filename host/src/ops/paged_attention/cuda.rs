@@ -3,8 +3,7 @@
 use std::ffi::c_void;
 
 use kernels_gpu::kernels::paged_attention::{
-    rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS, MAX_MERGE_SPLITS, RPA_THREADS,
-    RPA_WARPS,
+    rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS, RPA_THREADS, RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
@@ -52,8 +51,8 @@ impl DeviceBuffers {
 
 /// Fewest keys a split should hold: below this the merge costs more than the parallelism gains.
 const MIN_KEYS_PER_SPLIT: u32 = 128;
-/// Upper bound on splits (bounds the scratch buffer; the merge kernel merges at most this many).
-const MAX_SPLITS: u32 = MAX_MERGE_SPLITS;
+/// Upper bound on splits (bounds the scratch buffer).
+const MAX_SPLITS: u32 = 256;
 
 /// Resident attention blocks per multiprocessor worth aiming for (128 threads and ~56 registers
 /// each: about 8 fit), so loads from enough warps are in flight to cover memory latency.
@@ -850,6 +849,17 @@ fn plan_launch(
                 }
             }
         }
+        if settings.pipe_stages == 0 && kv_bytes == 1 && s.splits == 1 {
+            let tile_keys = pipelined_tile_keys(spec.head_dim);
+            let deep = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, FP8_WHOLE_ROW_STAGES);
+            if deep <= module.max_shared_bytes_per_block {
+                let (s_deep, waves_deep) =
+                    plan_pipelined_splits(module, &settings, name, threads, deep, blocks_per_split, max_keys)?;
+                if s_deep.splits == 1 && waves_deep <= FP8_WHOLE_ROW_MAX_WAVES {
+                    (stages, shared_bytes, s) = (FP8_WHOLE_ROW_STAGES, deep, s_deep);
+                }
+            }
+        }
         (s.splits, s.split_len, s.cluster)
     } else {
         let (splits, split_len) = choose_splits(blocks_per_split, max_keys, module.multiprocessors);
@@ -894,6 +904,16 @@ const LONG_GRID_WAVES: u64 = 4;
 pub fn long_grid_takes_two_stages(splits: u32, waves: u64, two_stage_splits: u32) -> bool {
     waves >= LONG_GRID_WAVES && (splits > 1 || two_stage_splits == 1)
 }
+
+/// Stages of the fp8 pipelined kernel where its rows are not split (a block streams a whole
+/// row): on an H200 five stages (two blocks per SM) ran 32 x 4k 71.9 µs against 80.1 with two
+/// (three blocks per SM) and 64 x 8k 264.2 against 277.1, while 1 x 32k, whose two-stage plan
+/// splits its one row 49 ways, ran 27.0 with two against 27.9 with five (fewer slots, fewer and
+/// longer splits). Four stages ran 32 x 4k in 87.0 µs, six as five (benchmarks/NOTES.md "v14").
+const FP8_WHOLE_ROW_STAGES: u32 = 5;
+/// Most waves of resident blocks (at [`FP8_WHOLE_ROW_STAGES`]) for which fp8 takes them: the
+/// measured grids (one and two waves); longer grids keep two stages' residency.
+const FP8_WHOLE_ROW_MAX_WAVES: u64 = 2;
 
 /// The pipelined kernel's key splits for its block (`threads`, `shared_bytes`), and the waves of
 /// resident blocks the grid then takes: the split model over the device's resident blocks (or
@@ -946,7 +966,8 @@ const PIPE_IN_FLIGHT_PER_SM: u64 = 128 * 1024;
 
 /// The pipelined kernel's stage count for a shape: the one giving the most resident blocks per SM
 /// among those keeping [`PIPE_IN_FLIGHT_PER_SM`] in flight (`blocks * (stages - 1)` stages), else
-/// the one keeping the most in flight; fewer stages on ties. fp8 KV takes two: on an H200 two
+/// the one keeping the most in flight; fewer stages on ties. fp8 KV takes two (the plan then
+/// deepens it to [`FP8_WHOLE_ROW_STAGES`] where rows are not split): on an H200 two
 /// stages ran faster than three and four on every fp8 cell measured, twice (1 x 32k 34.5 against
 /// 36.1 µs with four, benchmarks/NOTES.md "v11"; 33.2 / 35.0 / 35.6 µs with two / three / four
 /// and 32 x 4k 85.9 / 89.1 / 91.3 after the kernel lost a quarter of its instructions, "v13.2"):
