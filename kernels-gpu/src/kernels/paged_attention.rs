@@ -588,6 +588,43 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
     }
 }
 
+/// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their
+/// log-sum-exp, one output element per thread, a loop over the splits. Rows where every split
+/// saw no key are written as zeros. (Experiment v14.4: faster than [`rpa_combine`] on few splits?)
+#[inline(always)]
+unsafe fn rpa_combine_loop<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
+    // Launched programmatically after the split kernel: its partials are complete and visible
+    // only after the wait.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
+    let t = block_idx_x() as usize;
+    let h = block_idx_y() as usize;
+    let d = p.head_dim as usize;
+    let nq = p.num_q_heads as usize;
+    let rows_per_split = p.max_tokens as usize * nq;
+    let row = t * nq + h;
+    let mut m_all = f32::NEG_INFINITY;
+    for s in 0..p.num_splits as usize {
+        m_all = max_f32(m_all, *part_lse.add(s * rows_per_split + row));
+    }
+    let mut dim = thread_idx_x() as usize;
+    while dim < d {
+        let mut merge = SplitMerge::new(m_all);
+        if merge.any() {
+            for s in 0..p.num_splits as usize {
+                let lse = *part_lse.add(s * rows_per_split + row);
+                // A split that saw no key may have left its partial unwritten: read only those
+                // that weigh.
+                if lse != f32::NEG_INFINITY {
+                    merge.add(lse, *part_o.add((s * rows_per_split + row) * d + dim));
+                }
+            }
+        }
+        *out.add(row * d + dim) = Q::from_f32(merge.value());
+        dim += RPA_THREADS as usize;
+    }
+}
+
 /// Four floats read or written as one 16-byte access (the address must be 16-byte aligned).
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
@@ -692,4 +729,34 @@ pub unsafe fn rpa_combine_f16(part_o: *const f32, part_lse: *const f32, out: *mu
 #[kernel]
 pub unsafe fn rpa_combine_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
     rpa_combine::<Bf16>(part_o, part_lse, out, params)
+}
+
+/// Merges split partials into the output (see `rpa_combine_loop`).
+///
+/// # Safety
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
+#[kernel]
+pub unsafe fn rpa_combine_loop_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
+    rpa_combine_loop::<f32>(part_o, part_lse, out, params)
+}
+
+/// Merges split partials into the output (see `rpa_combine_loop`).
+///
+/// # Safety
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
+#[kernel]
+pub unsafe fn rpa_combine_loop_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
+    rpa_combine_loop::<f16>(part_o, part_lse, out, params)
+}
+
+/// Merges split partials into the output (see `rpa_combine_loop`).
+///
+/// # Safety
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
+#[kernel]
+pub unsafe fn rpa_combine_loop_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
+    rpa_combine_loop::<Bf16>(part_o, part_lse, out, params)
 }

@@ -306,6 +306,14 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 /// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
 /// empty: [`DEFAULT_PIPE_MODE`].
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
+
+/// Environment variable choosing the split merge kernel (experiment v14.4): `0` (default) the
+/// split groups' one-round-trip merge, `1` the loop over the splits per element, `2` the loop up
+/// to [`MAX_CLUSTER_SPLITS`] splits and the groups above.
+pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
+/// Environment variable setting the group merge kernel's preferred shared-memory carveout in
+/// percent (experiment v14.4; unset or 0: the driver's default).
+pub const MERGE_CARVEOUT_ENV_VAR: &str = "XGK_RPA_MERGE_CARVEOUT";
 /// Default of [`PIPE_MODE_ENV_VAR`]: per-key-group pipelines, 0.5-2 % faster than the block
 /// barrier on most decode cells of an H200 and 4 % on fp8 64 x 8k, within 1.3 % slower on the
 /// two-stage long grids (benchmarks/NOTES.md "v11").
@@ -336,6 +344,10 @@ pub struct LaunchSettings {
     pub plan_blocks: u32,
     /// [`PIPE_MODE_ENV_VAR`].
     pub pipe_mode: u32,
+    /// [`MERGE_MODE_ENV_VAR`].
+    pub merge_mode: u32,
+    /// [`MERGE_CARVEOUT_ENV_VAR`].
+    pub merge_carveout: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -375,6 +387,8 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
+        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=2)?,
+        merge_carveout: bounded_from_env(MERGE_CARVEOUT_ENV_VAR, 0, 0..=100)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -654,7 +668,7 @@ impl LaunchPlan {
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
                 if d.splits > 1 && !d.cluster {
-                    v.push((combine_kernel(spec), rpa_combine_shared_bytes()));
+                    v.push(combine_kernel(spec, d.splits));
                 }
                 v
             }
@@ -849,7 +863,7 @@ fn plan_launch(
                 }
             }
         }
-        if settings.pipe_stages == 0 && kv_bytes == 1 && s.splits == 1 {
+        if settings.pipe_stages == 0 && kv_bytes == 1 {
             let tile_keys = pipelined_tile_keys(spec.head_dim);
             let deep = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, FP8_WHOLE_ROW_STAGES);
             if deep <= module.max_shared_bytes_per_block {
@@ -1152,23 +1166,42 @@ unsafe fn launch_direct(
     }
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
+    let (_, merge_shared) = combine_kernel(spec, l.splits);
+    if settings.merge_carveout > 0 && merge_shared > 0 {
+        // SAFETY: a live function of this context.
+        unsafe {
+            cudarc::driver::sys::cuFuncSetAttribute(
+                resolved.function(1),
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                settings.merge_carveout as i32,
+            )
+        }
+        .result()
+        .map_err(|e| crate::Error::cuda("cuFuncSetAttribute", e))?;
+    }
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, spec.num_q_heads, 1),
         block: (RPA_THREADS, 1, 1),
-        shared_bytes: rpa_combine_shared_bytes(),
+        shared_bytes: merge_shared,
     };
     // SAFETY: the plan's kernel 1 is the merge kernel (its shared memory as it needs); the
     // partials start at the scratch's base, 16-byte aligned (checked by `launch_cuda`).
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
-/// The split-KV merge kernel for q's dtype.
-fn combine_kernel(spec: &PagedAttention) -> &'static str {
-    match spec.q_dtype {
-        DType::F32 => "rpa_combine_f32",
-        DType::F16 => "rpa_combine_f16",
-        _ => "rpa_combine_bf16",
-    }
+/// The split-KV merge kernel for q's dtype and its dynamic shared memory.
+fn combine_kernel(spec: &PagedAttention, splits: u32) -> (&'static str, u32) {
+    let mode = settings().map_or(0, |s| s.merge_mode);
+    let looped = mode == 1 || (mode == 2 && splits <= MAX_CLUSTER_SPLITS);
+    let name = match (spec.q_dtype, looped) {
+        (DType::F32, false) => "rpa_combine_f32",
+        (DType::F16, false) => "rpa_combine_f16",
+        (_, false) => "rpa_combine_bf16",
+        (DType::F32, true) => "rpa_combine_loop_f32",
+        (DType::F16, true) => "rpa_combine_loop_f16",
+        (_, true) => "rpa_combine_loop_bf16",
+    };
+    (name, if looped { 0 } else { rpa_combine_shared_bytes() })
 }
 
 /// The tensor map of the KV pool for the warp-specialized kernel's bulk copies: tokens × (2
