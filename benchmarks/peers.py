@@ -392,8 +392,7 @@ VARIANT_OPTIONS = {
     "cl": "XGK_RPA_CLUSTER_MERGE",     # cluster merge of the splits: 0 off, 1 on
     "pb": "XGK_RPA_PLAN_BLOCKS",       # resident blocks per SM the split model plans with
     "pm": "XGK_RPA_PIPE_MODE",         # pipelined copies: 0 block barrier per tile, 1 per key group
-    "mm": "XGK_RPA_MERGE_MODE",        # split merge kernel: 0 groups, 1 loop, 2 loop up to 16 splits
-    "co": "XGK_RPA_MERGE_CARVEOUT",    # the group merge kernel's shared-memory carveout (percent)
+    "mm": "XGK_RPA_MERGE_MODE",        # split merge kernel: 0 by split count, 1 loop, 2 groups
 }
 
 
@@ -413,7 +412,7 @@ class Ours:
     """Our torch op with one kernel variant: `auto`, `tiled`, `tiled-wgmma` (sm_90a), `pipelined`,
     `mma` or `general`, then options after colons: `nopdl` for launches without programmatic
     dependent launch (`XGK_PDL=0`), or a `VARIANT_OPTIONS` prefix with a number (`h<N>`, `ms<N>`,
-    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `pm<N>`, `mm<N>`, `co<N>`: see the table for their
+    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `pm<N>`, `mm<N>`: see the table for their
     variables). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):

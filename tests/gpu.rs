@@ -15,7 +15,7 @@ use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
     launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_ws_applies,
     workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, CLUSTER_MERGE_ENV_VAR, MERGE_COST_KEYS_ENV_VAR,
-    PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    MERGE_MODE_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -408,8 +408,8 @@ fn pipelined_stage_counts_match_cpu() {
 /// The pipelined kernel's two ways of merging its splits give the CPU's answer: in thread-block
 /// clusters through distributed shared memory (sm_90 image; forced by pricing the merge kernel
 /// out of the split model, and checked to be taken: such a plan needs no workspace) and through
-/// partials in global memory and the merge kernel (`XGK_RPA_CLUSTER_MERGE=0`, and the portable
-/// image). Split counts 2 to 16, 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA and MQA groups,
+/// partials in global memory and the merge kernels, the loop and the group one
+/// (`XGK_RPA_CLUSTER_MERGE=0`, `XGK_RPA_MERGE_MODE`, and the portable image). Split counts 2 to 16, 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA and MQA groups,
 /// windows and soft caps, two calls back to back on the same buffers. Small enough for the
 /// sanitizers (scripts/gpu_check.sh).
 #[test]
@@ -449,21 +449,29 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         println!("active clusters (size, clusters) of {name} with 3 stages: {active:?}");
     }
     let mut clustered = 0;
-    for (cluster, merge_cost) in [("1", "65536"), ("1", ""), ("0", "")] {
+    // Merge modes: "" by split count, "1" the loop kernel, "2" the group kernel (with the merge
+    // priced at nothing, for the most splits: several rounds of its loads at head_dim 256).
+    let modes = [("1", "65536", ""), ("1", "", ""), ("0", "", "1"), ("0", "", "2"), ("0", "0", "2")];
+    for (cluster, merge_cost, merge_mode) in modes {
         with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {
             with_setting(MERGE_COST_KEYS_ENV_VAR, merge_cost, || {
-                for (i, case) in cases.iter().enumerate() {
-                    let label = format!("cluster merge {cluster}, merge cost {merge_cost:?}, case {i}");
-                    let workspace = workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Pipelined).unwrap();
-                    if cluster == "0" || !hopper {
-                        assert!(workspace > 0, "{label}: the merge kernel's partials need a workspace");
-                    } else if merge_cost == "65536" {
-                        assert_eq!(workspace, 0, "{label}: splits merged in clusters need no workspace");
-                        clustered += 1;
+                with_setting(MERGE_MODE_ENV_VAR, merge_mode, || {
+                    for (i, case) in cases.iter().enumerate() {
+                        let label = format!(
+                            "cluster merge {cluster}, merge cost {merge_cost:?}, merge mode {merge_mode:?}, case {i}"
+                        );
+                        let workspace =
+                            workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Pipelined).unwrap();
+                        if cluster == "0" || !hopper {
+                            assert!(workspace > 0, "{label}: the merge kernel's partials need a workspace");
+                        } else if merge_cost == "65536" {
+                            assert_eq!(workspace, 0, "{label}: splits merged in clusters need no workspace");
+                            clustered += 1;
+                        }
+                        let got = run_gpu_on(&KERNELS, &stream, case, KernelChoice::Pipelined, WorkspaceMode::Exact, 2);
+                        compare(case, &got, &wants[i], &label);
                     }
-                    let got = run_gpu_on(&KERNELS, &stream, case, KernelChoice::Pipelined, WorkspaceMode::Exact, 2);
-                    compare(case, &got, &wants[i], &label);
-                }
+                })
             })
         });
     }

@@ -75,6 +75,7 @@ fn check_exports(ptx: &str, arch: &str) {
     names.extend(["simple_add_f32_x1".to_string(), "simple_add_f16_x1".into(), "simple_add_bf16_x1".into()]);
     for q in ["f32", "f16", "bf16"] {
         names.push(format!("rpa_combine_{q}"));
+        names.push(format!("rpa_combine_groups_{q}"));
         for kv in [q, "e4m3", "e5m2"] {
             for dpl in [2, 4, 8] {
                 names.push(format!("rpa_{q}_{kv}_dpl{dpl}"));

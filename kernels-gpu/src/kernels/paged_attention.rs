@@ -484,26 +484,27 @@ const MERGE_LOADS_IN_FLIGHT: usize = 8;
 /// supported head_dim (64) gives the most.
 const MAX_MERGE_GROUPS: usize = RPA_THREADS as usize / (64 / MERGE_VECTOR);
 
-/// Dynamic shared memory of the merge kernel: each split group's running maximum and weight sum,
-/// and its partial sums (at most `RPA_THREADS * MERGE_VECTOR` floats: the groups tile the
-/// block's threads).
+/// Dynamic shared memory of the group merge kernel: each split group's running maximum and
+/// weight sum, and its partial sums (at most `RPA_THREADS * MERGE_VECTOR` floats: the groups tile
+/// the block's threads).
 pub const fn rpa_combine_shared_bytes() -> u32 {
     (2 * MAX_MERGE_GROUPS as u32 + RPA_THREADS * MERGE_VECTOR as u32) * 4
 }
 
-/// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their
-/// log-sum-exp. Rows where every split saw no key are written as zeros.
+/// Merges the `num_splits` partial outputs of one (row, query head), as [`rpa_combine`] does, for
+/// many splits (the host takes it above `LOOP_MERGE_MAX_SPLITS`).
 ///
 /// Latency-bound (a few KiB per row), so every load is in flight at once: the block's threads
 /// form groups of `head_dim / 4`, each group a share of the splits, each thread 16 bytes of a
 /// partial row and the split's log-sum-exp per split, [`MERGE_LOADS_IN_FLIGHT`] splits loaded
 /// before any is added; each group keeps an online softmax merge (running maximum, weight sum,
 /// sums), and the groups' states meet in shared memory after one barrier. One L2 round trip
-/// for up to eight splits per group. (Loops over the splits per output element took 7 µs for 47
-/// splits on an H200; reading every weight first, then the partials, regressed the cells of
-/// few splits: benchmarks/NOTES.md "v14".)
+/// for up to eight splits per group. On an H200 (benchmarks/NOTES.md "v14") it merged 47 splits
+/// (1 x 32k) in 4.5 µs where the loop took 7.3, and ran 1 x 8k 1.5 µs faster; but with 8 to 16
+/// splits the loop kernel's calls were 0.4-0.6 µs shorter (its fixed cost is lower; the
+/// shared-memory carveout was measured not to be why).
 #[inline(always)]
-unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
+unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
     // Launched programmatically after the split kernel: its partials are complete and visible
     // only after the wait.
     crate::grid_dependency::launch_dependents();
@@ -590,9 +591,10 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
 
 /// Merges the `num_splits` partial outputs of one (row, query head): softmax-weighted by their
 /// log-sum-exp, one output element per thread, a loop over the splits. Rows where every split
-/// saw no key are written as zeros. (Experiment v14.4: faster than [`rpa_combine`] on few splits?)
+/// saw no key are written as zeros. The host takes it up to `LOOP_MERGE_MAX_SPLITS` splits, and
+/// [`rpa_combine_groups`] above.
 #[inline(always)]
-unsafe fn rpa_combine_loop<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
+unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
     // Launched programmatically after the split kernel: its partials are complete and visible
     // only after the wait.
     crate::grid_dependency::launch_dependents();
@@ -701,9 +703,8 @@ rpa_kernels! {
 /// Merges split partials into the output (see `rpa_combine`).
 ///
 /// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
-/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
-/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
 #[kernel]
 pub unsafe fn rpa_combine_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
     rpa_combine::<f32>(part_o, part_lse, out, params)
@@ -712,9 +713,8 @@ pub unsafe fn rpa_combine_f32(part_o: *const f32, part_lse: *const f32, out: *mu
 /// Merges split partials into the output (see `rpa_combine`).
 ///
 /// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
-/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
-/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
 #[kernel]
 pub unsafe fn rpa_combine_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
     rpa_combine::<f16>(part_o, part_lse, out, params)
@@ -723,40 +723,42 @@ pub unsafe fn rpa_combine_f16(part_o: *const f32, part_lse: *const f32, out: *mu
 /// Merges split partials into the output (see `rpa_combine`).
 ///
 /// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
-/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
-/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
+/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
+/// kernel of the same launch with the same `params`; `out` shaped like q.
 #[kernel]
 pub unsafe fn rpa_combine_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
     rpa_combine::<Bf16>(part_o, part_lse, out, params)
 }
 
-/// Merges split partials into the output (see `rpa_combine_loop`).
+/// Merges split partials into the output (see `rpa_combine_groups`).
 ///
 /// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
-/// kernel of the same launch with the same `params`; `out` shaped like q.
+/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
+/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
+/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
 #[kernel]
-pub unsafe fn rpa_combine_loop_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
-    rpa_combine_loop::<f32>(part_o, part_lse, out, params)
+pub unsafe fn rpa_combine_groups_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
+    rpa_combine_groups::<f32>(part_o, part_lse, out, params)
 }
 
-/// Merges split partials into the output (see `rpa_combine_loop`).
+/// Merges split partials into the output (see `rpa_combine_groups`).
 ///
 /// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
-/// kernel of the same launch with the same `params`; `out` shaped like q.
+/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
+/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
+/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
 #[kernel]
-pub unsafe fn rpa_combine_loop_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
-    rpa_combine_loop::<f16>(part_o, part_lse, out, params)
+pub unsafe fn rpa_combine_groups_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
+    rpa_combine_groups::<f16>(part_o, part_lse, out, params)
 }
 
-/// Merges split partials into the output (see `rpa_combine_loop`).
+/// Merges split partials into the output (see `rpa_combine_groups`).
 ///
 /// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
-/// kernel of the same launch with the same `params`; `out` shaped like q.
+/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
+/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
+/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
 #[kernel]
-pub unsafe fn rpa_combine_loop_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
-    rpa_combine_loop::<Bf16>(part_o, part_lse, out, params)
+pub unsafe fn rpa_combine_groups_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
+    rpa_combine_groups::<Bf16>(part_o, part_lse, out, params)
 }

@@ -307,13 +307,16 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 /// empty: [`DEFAULT_PIPE_MODE`].
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
-/// Environment variable choosing the split merge kernel (experiment v14.4): `0` (default) the
-/// split groups' one-round-trip merge, `1` the loop over the splits per element, `2` the loop up
-/// to [`MAX_CLUSTER_SPLITS`] splits and the groups above.
+/// Environment variable choosing the split merge kernel: `0` (default) by the split count (the
+/// loop kernel up to [`LOOP_MERGE_MAX_SPLITS`], the group kernel above), `1` always the loop
+/// kernel, `2` always the group kernel (tests cover both on few splits).
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
-/// Environment variable setting the group merge kernel's preferred shared-memory carveout in
-/// percent (experiment v14.4; unset or 0: the driver's default).
-pub const MERGE_CARVEOUT_ENV_VAR: &str = "XGK_RPA_MERGE_CARVEOUT";
+
+/// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
+/// splits 0.4-0.6 µs faster than the group kernel (4 x 512 10.2 against 10.8 µs), and the cells
+/// of 32 and 47 splits 1.5-1.8 µs slower (1 x 8k 15.4 against 13.9, 1 x 32k 42.3 against
+/// 40.7; benchmarks/NOTES.md "v14").
+pub const LOOP_MERGE_MAX_SPLITS: u32 = 16;
 /// Default of [`PIPE_MODE_ENV_VAR`]: per-key-group pipelines, 0.5-2 % faster than the block
 /// barrier on most decode cells of an H200 and 4 % on fp8 64 x 8k, within 1.3 % slower on the
 /// two-stage long grids (benchmarks/NOTES.md "v11").
@@ -346,8 +349,6 @@ pub struct LaunchSettings {
     pub pipe_mode: u32,
     /// [`MERGE_MODE_ENV_VAR`].
     pub merge_mode: u32,
-    /// [`MERGE_CARVEOUT_ENV_VAR`].
-    pub merge_carveout: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -364,7 +365,7 @@ fn settings() -> Result<LaunchSettings> {
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
-/// [`PLAN_BLOCKS_ENV_VAR`] and [`PIPE_MODE_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
+/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`] and [`MERGE_MODE_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
 /// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -388,7 +389,6 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=2)?,
-        merge_carveout: bounded_from_env(MERGE_CARVEOUT_ENV_VAR, 0, 0..=100)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -1167,18 +1167,6 @@ unsafe fn launch_direct(
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
     let (_, merge_shared) = combine_kernel(spec, l.splits);
-    if settings.merge_carveout > 0 && merge_shared > 0 {
-        // SAFETY: a live function of this context.
-        unsafe {
-            cudarc::driver::sys::cuFuncSetAttribute(
-                resolved.function(1),
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                settings.merge_carveout as i32,
-            )
-        }
-        .result()
-        .map_err(|e| crate::Error::cuda("cuFuncSetAttribute", e))?;
-    }
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, spec.num_q_heads, 1),
         block: (RPA_THREADS, 1, 1),
@@ -1191,15 +1179,17 @@ unsafe fn launch_direct(
 
 /// The split-KV merge kernel for q's dtype and its dynamic shared memory.
 fn combine_kernel(spec: &PagedAttention, splits: u32) -> (&'static str, u32) {
-    let mode = settings().map_or(0, |s| s.merge_mode);
-    let looped = mode == 1 || (mode == 2 && splits <= MAX_CLUSTER_SPLITS);
+    let looped = match settings().map_or(0, |s| s.merge_mode) {
+        0 => splits <= LOOP_MERGE_MAX_SPLITS,
+        mode => mode == 1,
+    };
     let name = match (spec.q_dtype, looped) {
-        (DType::F32, false) => "rpa_combine_f32",
-        (DType::F16, false) => "rpa_combine_f16",
-        (_, false) => "rpa_combine_bf16",
-        (DType::F32, true) => "rpa_combine_loop_f32",
-        (DType::F16, true) => "rpa_combine_loop_f16",
-        (_, true) => "rpa_combine_loop_bf16",
+        (DType::F32, true) => "rpa_combine_f32",
+        (DType::F16, true) => "rpa_combine_f16",
+        (_, true) => "rpa_combine_bf16",
+        (DType::F32, false) => "rpa_combine_groups_f32",
+        (DType::F16, false) => "rpa_combine_groups_f16",
+        (_, false) => "rpa_combine_groups_bf16",
     };
     (name, if looped { 0 } else { rpa_combine_shared_bytes() })
 }
