@@ -122,23 +122,22 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     // `kv_lens`), a large share of a short chain's time. It is taken exactly when
     // `find_sequence` would answer `t` (the same tests on the same values); other rows search.
     // Volatile: plain loads were sunk by LLVM into the branches of the tests, one round trip each.
+    // `num_seqs` is a scalar buffer: loaded once, for both paths.
+    let load = |at: *const i32| core::ptr::read_volatile(at);
+    let num_seqs = clamp_num_seqs(load(ptr.num_seqs), p.max_num_seqs);
     let decode_row = if p.max_num_seqs > 0 {
         let guess = t.min(p.max_num_seqs - 1); // in bounds whatever t is
-        let load = |at: *const i32| core::ptr::read_volatile(at);
-        let raw_num_seqs = load(ptr.num_seqs);
         let (cu0, lo, hi) =
             (load(ptr.cu_q_lens), load(ptr.cu_q_lens.add(guess as usize)), load(ptr.cu_q_lens.add(guess as usize + 1)));
         let kv_len = load(ptr.kv_lens.add(guess as usize));
         let ti = t as i32;
-        let found = guess == t && t < clamp_num_seqs(raw_num_seqs, p.max_num_seqs) && cu0 <= ti && lo <= ti && ti < hi;
+        let found = guess == t && t < num_seqs && cu0 <= ti && lo <= ti && ti < hi;
         found.then_some((t, lo, hi, kv_len))
     } else {
         None
     };
-    let row = decode_row.or_else(|| {
-        let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
-        find_sequence(t as i32, num_seqs, cu).map(|i| (i, cu(i), cu(i + 1), *ptr.kv_lens.add(i as usize)))
-    });
+    let row = decode_row
+        .or_else(|| find_sequence(t as i32, num_seqs, cu).map(|i| (i, cu(i), cu(i + 1), *ptr.kv_lens.add(i as usize))));
     let (window, seq_idx) = match row {
         Some((i, lo, hi, kv_len)) => {
             (row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window), i)
