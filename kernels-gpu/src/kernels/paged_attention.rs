@@ -470,6 +470,29 @@ unsafe fn merge_cluster_splits<Q: Element, KV>(
     crate::cluster::sync();
 }
 
+/// The (row, query head) a merge block merges: its row of the output and of every split's
+/// partials, the partial rows per split, and the head size.
+struct MergeRow {
+    row: usize,
+    rows_per_split: usize,
+    d: usize,
+}
+
+/// Starts a merge block: waits for the split kernel (launched programmatically after it, its
+/// partials are complete and visible only after the wait) and locates the block's row (grid
+/// `(max_tokens, num_q_heads)`).
+#[inline(always)]
+unsafe fn merge_row(p: &RpaParams) -> MergeRow {
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
+    let nq = p.num_q_heads as usize;
+    MergeRow {
+        row: block_idx_x() as usize * nq + block_idx_y() as usize,
+        rows_per_split: p.max_tokens as usize * nq,
+        d: p.head_dim as usize,
+    }
+}
+
 /// Output elements of a partial row one merge thread reads at once (16-byte loads; every
 /// supported head_dim is a multiple of 16, so rows of the partials stay 16-byte aligned).
 const MERGE_VECTOR: usize = 4;
@@ -504,16 +527,7 @@ pub const fn rpa_combine_shared_bytes() -> u32 {
 /// shared-memory carveout was measured not to be why).
 #[inline(always)]
 unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
-    // Launched programmatically after the split kernel: its partials are complete and visible
-    // only after the wait.
-    crate::grid_dependency::launch_dependents();
-    crate::grid_dependency::wait_for_prerequisites();
-    let t = block_idx_x() as usize;
-    let h = block_idx_y() as usize;
-    let d = p.head_dim as usize;
-    let nq = p.num_q_heads as usize;
-    let rows_per_split = p.max_tokens as usize * nq;
-    let row = t * nq + h;
+    let MergeRow { row, rows_per_split, d } = merge_row(&p);
     let splits = p.num_splits as usize;
     let tid = thread_idx_x() as usize;
     let lanes = d / MERGE_VECTOR;
@@ -594,16 +608,7 @@ unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f3
 /// [`rpa_combine_groups`] above.
 #[inline(always)]
 unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
-    // Launched programmatically after the split kernel: its partials are complete and visible
-    // only after the wait.
-    crate::grid_dependency::launch_dependents();
-    crate::grid_dependency::wait_for_prerequisites();
-    let t = block_idx_x() as usize;
-    let h = block_idx_y() as usize;
-    let d = p.head_dim as usize;
-    let nq = p.num_q_heads as usize;
-    let rows_per_split = p.max_tokens as usize * nq;
-    let row = t * nq + h;
+    let MergeRow { row, rows_per_split, d } = merge_row(&p);
     let mut m_all = f32::NEG_INFINITY;
     for s in 0..p.num_splits as usize {
         m_all = max_f32(m_all, *part_lse.add(s * rows_per_split + row));
@@ -699,65 +704,28 @@ rpa_kernels! {
     rpa_bf16_e5m2_dpl8: Bf16, F8E5M2, 8;
 }
 
-/// Merges split partials into the output (see `rpa_combine`).
-///
-/// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
-/// kernel of the same launch with the same `params`; `out` shaped like q.
-#[kernel]
-pub unsafe fn rpa_combine_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
-    rpa_combine::<f32>(part_o, part_lse, out, params)
+/// Declares the split merge kernels: `name: q type => merge function`.
+macro_rules! merge_kernels {
+    ($( $name:ident: $q:ty => $merge:ident; )*) => {$(
+        /// Merges split partials into the output (see the merge function it calls).
+        ///
+        /// # Safety
+        /// Grid `(max_tokens, num_q_heads)`, 128 threads, the dynamic shared memory the merge
+        /// needs ([`rpa_combine_shared_bytes`] for `rpa_combine_groups`, none for `rpa_combine`);
+        /// `part_o`/`part_lse` written by the attention kernel of the same launch with the same
+        /// `params` (`part_o` 16-byte aligned); `out` shaped like q.
+        #[kernel]
+        pub unsafe fn $name(part_o: *const f32, part_lse: *const f32, out: *mut $q, params: RpaParams) {
+            $merge::<$q>(part_o, part_lse, out, params)
+        }
+    )*};
 }
 
-/// Merges split partials into the output (see `rpa_combine`).
-///
-/// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
-/// kernel of the same launch with the same `params`; `out` shaped like q.
-#[kernel]
-pub unsafe fn rpa_combine_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
-    rpa_combine::<f16>(part_o, part_lse, out, params)
-}
-
-/// Merges split partials into the output (see `rpa_combine`).
-///
-/// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads; `part_o`/`part_lse` written by the attention
-/// kernel of the same launch with the same `params`; `out` shaped like q.
-#[kernel]
-pub unsafe fn rpa_combine_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
-    rpa_combine::<Bf16>(part_o, part_lse, out, params)
-}
-
-/// Merges split partials into the output (see `rpa_combine_groups`).
-///
-/// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
-/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
-/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
-#[kernel]
-pub unsafe fn rpa_combine_groups_f32(part_o: *const f32, part_lse: *const f32, out: *mut f32, params: RpaParams) {
-    rpa_combine_groups::<f32>(part_o, part_lse, out, params)
-}
-
-/// Merges split partials into the output (see `rpa_combine_groups`).
-///
-/// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
-/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
-/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
-#[kernel]
-pub unsafe fn rpa_combine_groups_f16(part_o: *const f32, part_lse: *const f32, out: *mut f16, params: RpaParams) {
-    rpa_combine_groups::<f16>(part_o, part_lse, out, params)
-}
-
-/// Merges split partials into the output (see `rpa_combine_groups`).
-///
-/// # Safety
-/// Grid `(max_tokens, num_q_heads)`, 128 threads, [`rpa_combine_shared_bytes`] of dynamic shared
-/// memory; `part_o`/`part_lse` written by the attention kernel of the same launch with the same
-/// `params` (`part_o` 16-byte aligned); `out` shaped like q.
-#[kernel]
-pub unsafe fn rpa_combine_groups_bf16(part_o: *const f32, part_lse: *const f32, out: *mut Bf16, params: RpaParams) {
-    rpa_combine_groups::<Bf16>(part_o, part_lse, out, params)
+merge_kernels! {
+    rpa_combine_f32: f32 => rpa_combine;
+    rpa_combine_f16: f16 => rpa_combine;
+    rpa_combine_bf16: Bf16 => rpa_combine;
+    rpa_combine_groups_f32: f32 => rpa_combine_groups;
+    rpa_combine_groups_f16: f16 => rpa_combine_groups;
+    rpa_combine_groups_bf16: Bf16 => rpa_combine_groups;
 }
