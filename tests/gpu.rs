@@ -409,8 +409,9 @@ fn pipelined_stage_counts_match_cpu() {
 /// clusters through distributed shared memory (sm_90 image; forced by pricing the merge kernel
 /// out of the split model, and checked to be taken: such a plan needs no workspace) and through
 /// partials in global memory and the merge kernels, the loop and the group one
-/// (`XGK_RPA_CLUSTER_MERGE=0`, `XGK_RPA_MERGE_MODE`, and the portable image). Split counts 2 to 16, 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA and MQA groups,
-/// windows and soft caps, two calls back to back on the same buffers. Small enough for the
+/// (`XGK_RPA_CLUSTER_MERGE=0`, `XGK_RPA_MERGE_MODE`, and the portable image). Split counts 2 to
+/// 16 (more with the merge priced at nothing), 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA
+/// and MQA groups, windows and soft caps, two calls back to back on the same buffers. Small enough for the
 /// sanitizers (scripts/gpu_check.sh).
 #[test]
 #[ignore = "needs a CUDA GPU"]

@@ -307,6 +307,11 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 /// empty: [`DEFAULT_PIPE_MODE`].
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
+/// Default of [`PIPE_MODE_ENV_VAR`]: per-key-group pipelines, 0.5-2 % faster than the block
+/// barrier on most decode cells of an H200 and 4 % on fp8 64 x 8k, within 1.3 % slower on the
+/// two-stage long grids (benchmarks/NOTES.md "v11").
+const DEFAULT_PIPE_MODE: u32 = 1;
+
 /// Environment variable choosing the split merge kernel: `0` (default) by the split count (the
 /// loop kernel up to [`LOOP_MERGE_MAX_SPLITS`], the group kernel above), `1` always the loop
 /// kernel, `2` always the group kernel (tests cover both on few splits).
@@ -317,10 +322,6 @@ pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 /// of 32 and 47 splits 1.5-1.8 µs slower (1 x 8k 15.4 against 13.9, 1 x 32k 42.3 against
 /// 40.7; benchmarks/NOTES.md "v14").
 pub const LOOP_MERGE_MAX_SPLITS: u32 = 16;
-/// Default of [`PIPE_MODE_ENV_VAR`]: per-key-group pipelines, 0.5-2 % faster than the block
-/// barrier on most decode cells of an H200 and 4 % on fp8 64 x 8k, within 1.3 % slower on the
-/// two-stage long grids (benchmarks/NOTES.md "v11").
-const DEFAULT_PIPE_MODE: u32 = 1;
 
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -365,8 +366,8 @@ fn settings() -> Result<LaunchSettings> {
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
-/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`] and [`MERGE_MODE_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then call this, or
-/// `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
+/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`] and [`MERGE_MODE_ENV_VAR`] (benchmarks switch
+/// kernels in one process: set the variables, then call this, or `xgk_reload_settings` from C). An invalid value is an error, here and at every launch until a
 /// valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
     let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
@@ -658,6 +659,8 @@ struct DirectPlan {
     /// The splits of a (row, head chunk) are one cluster and merge in it (no merge kernel, no
     /// scratch).
     cluster: bool,
+    /// The merge kernel, when the splits take one: the loop kernel (else the group kernel).
+    loop_merge: bool,
 }
 
 impl LaunchPlan {
@@ -668,7 +671,7 @@ impl LaunchPlan {
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
                 if d.splits > 1 && !d.cluster {
-                    v.push(combine_kernel(spec, d.splits));
+                    v.push(combine_kernel(spec, d.loop_merge));
                 }
                 v
             }
@@ -900,6 +903,10 @@ fn plan_launch(
         splits,
         split_len,
         cluster,
+        loop_merge: match settings()?.merge_mode {
+            0 => splits <= LOOP_MERGE_MAX_SPLITS,
+            mode => mode == 1,
+        },
     }))
 }
 
@@ -919,11 +926,12 @@ pub fn long_grid_takes_two_stages(splits: u32, waves: u64, two_stage_splits: u32
     waves >= LONG_GRID_WAVES && (splits > 1 || two_stage_splits == 1)
 }
 
-/// Stages of the fp8 pipelined kernel where its rows are not split (a block streams a whole
-/// row): on an H200 five stages (two blocks per SM) ran 32 x 4k 71.9 µs against 80.1 with two
-/// (three blocks per SM) and 64 x 8k 264.2 against 277.1, while 1 x 32k, whose two-stage plan
-/// splits its one row 49 ways, ran 27.0 with two against 27.9 with five (fewer slots, fewer and
-/// longer splits). Four stages ran 32 x 4k in 87.0 µs, six as five (benchmarks/NOTES.md "v14").
+/// Stages of the fp8 pipelined kernel where the plan at this depth leaves its rows whole (one
+/// split, a block streams a row) in at most [`FP8_WHOLE_ROW_MAX_WAVES`]: on an H200 five stages
+/// (two blocks per SM) ran 32 x 4k in 71.9 µs against 80.1 with two (whose plan, three blocks per
+/// SM, split each row in two) and 64 x 8k in 264.2 against 277.1, while 1 x 32k, split either
+/// way, ran 27.0 with two against 27.9 with five (fewer slots, fewer and longer splits). Four
+/// stages ran 32 x 4k in 87.0 µs, six as five (benchmarks/NOTES.md "v14").
 const FP8_WHOLE_ROW_STAGES: u32 = 5;
 /// Most waves of resident blocks (at [`FP8_WHOLE_ROW_STAGES`]) for which fp8 takes them: the
 /// measured grids (one and two waves); longer grids keep two stages' residency.
@@ -981,7 +989,7 @@ const PIPE_IN_FLIGHT_PER_SM: u64 = 128 * 1024;
 /// The pipelined kernel's stage count for a shape: the one giving the most resident blocks per SM
 /// among those keeping [`PIPE_IN_FLIGHT_PER_SM`] in flight (`blocks * (stages - 1)` stages), else
 /// the one keeping the most in flight; fewer stages on ties. fp8 KV takes two (the plan then
-/// deepens it to [`FP8_WHOLE_ROW_STAGES`] where rows are not split): on an H200 two
+/// deepens it to [`FP8_WHOLE_ROW_STAGES`] where that leaves rows whole): on an H200 two
 /// stages ran faster than three and four on every fp8 cell measured, twice (1 x 32k 34.5 against
 /// 36.1 µs with four, benchmarks/NOTES.md "v11"; 33.2 / 35.0 / 35.6 µs with two / three / four
 /// and 32 x 4k 85.9 / 89.1 / 91.3 after the kernel lost a quarter of its instructions, "v13.2"):
@@ -1166,7 +1174,7 @@ unsafe fn launch_direct(
     }
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
-    let (_, merge_shared) = combine_kernel(spec, l.splits);
+    let (_, merge_shared) = combine_kernel(spec, l.loop_merge);
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, spec.num_q_heads, 1),
         block: (RPA_THREADS, 1, 1),
@@ -1177,13 +1185,10 @@ unsafe fn launch_direct(
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
-/// The split-KV merge kernel for q's dtype and its dynamic shared memory.
-fn combine_kernel(spec: &PagedAttention, splits: u32) -> (&'static str, u32) {
-    let looped = match settings().map_or(0, |s| s.merge_mode) {
-        0 => splits <= LOOP_MERGE_MAX_SPLITS,
-        mode => mode == 1,
-    };
-    let name = match (spec.q_dtype, looped) {
+/// The split-KV merge kernel for q's dtype, the loop or the group one, and its dynamic shared
+/// memory.
+fn combine_kernel(spec: &PagedAttention, loop_merge: bool) -> (&'static str, u32) {
+    let name = match (spec.q_dtype, loop_merge) {
         (DType::F32, true) => "rpa_combine_f32",
         (DType::F16, true) => "rpa_combine_f16",
         (_, true) => "rpa_combine_bf16",
@@ -1191,7 +1196,7 @@ fn combine_kernel(spec: &PagedAttention, splits: u32) -> (&'static str, u32) {
         (DType::F16, false) => "rpa_combine_groups_f16",
         (_, false) => "rpa_combine_groups_bf16",
     };
-    (name, if looped { 0 } else { rpa_combine_shared_bytes() })
+    (name, if loop_merge { 0 } else { rpa_combine_shared_bytes() })
 }
 
 /// The tensor map of the KV pool for the warp-specialized kernel's bulk copies: tokens × (2
