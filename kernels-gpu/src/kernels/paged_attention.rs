@@ -26,7 +26,7 @@ use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
 
-use super::unroll;
+use super::{load_vec, store_vec, unroll};
 
 /// Warps per block of the attention kernel.
 pub const RPA_WARPS: u32 = 4;
@@ -550,8 +550,7 @@ unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f3
                 let sk = s + k * groups;
                 if sk < splits {
                     lse[k] = *part_lse.add(sk * rows_per_split + row);
-                    let src = part_o.add((sk * rows_per_split + row) * d + part * MERGE_VECTOR);
-                    v[k] = (*(src as *const Vector4)).0;
+                    v[k] = load_vec(part_o.add((sk * rows_per_split + row) * d + part * MERGE_VECTOR));
                 }
             });
             let mut m_new = m;
@@ -576,7 +575,7 @@ unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f3
             *states.add(2 * group) = m;
             *states.add(2 * group + 1) = wsum;
         }
-        *(sums.add(group * d + part * MERGE_VECTOR) as *mut Vector4) = Vector4(acc);
+        store_vec(sums.add(group * d + part * MERGE_VECTOR), acc);
     }
     sync_threads();
 
@@ -630,11 +629,6 @@ unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out:
         dim += RPA_THREADS as usize;
     }
 }
-
-/// Four floats read or written as one 16-byte access (the address must be 16-byte aligned).
-#[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct Vector4([f32; MERGE_VECTOR]);
 
 /// Declares attention kernels: `name: q type, KV type => inner_function[const arguments after
 /// the two types]`. Every attention kernel has this parameter list (the host pushes it in this order).
