@@ -335,8 +335,9 @@ fn tree_fold<const N: usize>(v: &mut [f32; N], op: impl Fn(f32, f32) -> f32) -> 
 /// (when they count) `x + mask_value`; each times log2(e).
 ///
 /// In the WG kernels and the pipelined decode kernel (`fold`), without a soft cap and with a
-/// positive scale, the logits stay raw `q · k` and the scale goes into the softmax's exponent (`exp2(s * scale_log2 - max *
-/// scale_log2)`, one fma per weight): the max of raw logits is the max of scaled ones. `mask_add`
+/// positive scale, the logits stay raw `q · k` and the scale goes into the softmax's exponent
+/// (`exp2(s * scale_log2 - max * scale_log2)`, one fma per weight): the max of raw logits is the
+/// max of scaled ones. `mask_add`
 /// is `mask_value` in the units the logits are kept in (raw only where that stays finite: a tiny
 /// scale could push `mask_value / sm_scale` past f32).
 pub(crate) struct LogitScale {

@@ -14,8 +14,9 @@
 //!   on request, `RpaParams::copy_hint`), `stages - 1` tiles ahead of its math, and waits for its
 //!   own copies only (`RpaParams::pipe_mode` 1; mode 0 has all threads copy the whole tile and meet
 //!   at a block barrier per tile). The host picks the stage count that keeps about 128 KiB per SM
-//!   in flight (3 stages of 32 KiB for 16-bit KV at head_dim 128; 2 for fp8 KV, where more
-//!   measured slower); keys past the split or on an invalid page are zero-filled (and masked below);
+//!   in flight (3 stages of 32 KiB for 16-bit KV at head_dim 128; for fp8 KV 2, or 5 where that
+//!   plan leaves rows unsplit); keys past the split or on an invalid page are zero-filled (and
+//!   masked below);
 //! - each warp takes 16 keys of the tile: `S = Q Kᵀ` with K fragments from `ldmatrix`, online
 //!   softmax on the accumulators, `O += P V` with V fragments from `ldmatrix.trans`;
 //! - rows in shared memory are 16-byte chunks permuted by `chunk ^ (row % 8)`, so the eight rows an
