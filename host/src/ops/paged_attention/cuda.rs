@@ -1181,7 +1181,8 @@ unsafe fn launch_direct(
         shared_bytes: merge_shared,
     };
     // SAFETY: the plan's kernel 1 is the merge kernel (its shared memory as it needs); the
-    // partials start at the scratch's base, 16-byte aligned (checked by `launch_cuda`).
+    // partials start at the scratch's base, 16-byte aligned (a given workspace is checked by
+    // `launch_cuda`; the driver's stream-ordered allocations are aligned further).
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
