@@ -392,7 +392,7 @@ VARIANT_OPTIONS = {
     "cl": "XGK_RPA_CLUSTER_MERGE",     # cluster merge of the splits: 0 off, 1 on
     "pb": "XGK_RPA_PLAN_BLOCKS",       # resident blocks per SM the split model plans with
     "pm": "XGK_RPA_PIPE_MODE",         # pipelined copies: 0 block barrier per tile, 1 per key group
-    "mm": "XGK_RPA_MERGE_MODE",        # split merge kernel: 0 by split count, 1 loop, 2 groups
+    "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 last block
 }
 
 

@@ -408,8 +408,9 @@ fn pipelined_stage_counts_match_cpu() {
 /// The pipelined kernel's two ways of merging its splits give the CPU's answer: in thread-block
 /// clusters through distributed shared memory (sm_90 image; forced by pricing the merge kernel
 /// out of the split model, and checked to be taken: such a plan needs no workspace) and through
-/// partials in global memory and the merge kernels, the loop and the group one
-/// (`XGK_RPA_CLUSTER_MERGE=0`, `XGK_RPA_MERGE_MODE`, and the portable image). Split counts 2 to
+/// partials in global memory, merged by the merge kernels (the loop and the group one) or in the
+/// kernel by each (row, head chunk)'s last block, whose counters start from the poisoned
+/// workspace (`XGK_RPA_CLUSTER_MERGE=0`, `XGK_RPA_MERGE_MODE`, and the portable image). Split counts 2 to
 /// 16 (more with the merge priced at nothing), 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA
 /// and MQA groups, windows and soft caps, two calls back to back on the same buffers. Small enough for the
 /// sanitizers (scripts/gpu_check.sh).
@@ -450,9 +451,18 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         println!("active clusters (size, clusters) of {name} with 3 stages: {active:?}");
     }
     let mut clustered = 0;
-    // Merge modes: "" by split count, "1" the loop kernel, "2" the group kernel (with the merge
-    // priced at nothing, for the most splits: several rounds of its loads at head_dim 256).
-    let modes = [("1", "65536", ""), ("1", "", ""), ("0", "", "1"), ("0", "", "2"), ("0", "0", "2")];
+    // Merge modes: "" by split count, "1" the loop kernel, "2" the group kernel, "3" in the kernel
+    // by the last block (with the merge priced at nothing, for the most splits: several rounds of
+    // the group kernel's loads at head_dim 256, of the last block's staged splits for fp8).
+    let modes = [
+        ("1", "65536", ""),
+        ("1", "", ""),
+        ("0", "", "1"),
+        ("0", "", "2"),
+        ("0", "0", "2"),
+        ("0", "", "3"),
+        ("0", "0", "3"),
+    ];
     for (cluster, merge_cost, merge_mode) in modes {
         with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {
             with_setting(MERGE_COST_KEYS_ENV_VAR, merge_cost, || {

@@ -63,12 +63,26 @@ pub struct RpaParams {
     /// meet at a block barrier per tile; 1 = each key group's warps copy and wait for its own keys
     /// (no block barrier in the tile loop). 0 for the other kernels.
     pub pipe_mode: u32,
+    /// Nonzero: the splits of each (row, head chunk) merge in the kernel, in whichever of their
+    /// blocks is counted in last (the pipelined kernel without clusters): one 8-byte counter per
+    /// (row, head chunk) in the workspace, after the partials ([`split_counters_offset`]). Its
+    /// words carry this launch's tag, so that a word the workspace held before (any data) is not
+    /// taken for a count. 0: a merge kernel or a cluster merges (and always for the other
+    /// kernels).
+    pub merge_tag: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,
     pub mask_value: f32,
     pub k_scale: f32,
     pub v_scale: f32,
+}
+
+/// Offset in f32 elements, from the split partials' log-sum-exps (`lse_count` of them), of the
+/// last-block merge's counters ([`RpaParams::merge_tag`]): 8-byte words, one per (row, head
+/// chunk) in grid order (`row * chunks + chunk`), after the log-sum-exps.
+pub const fn split_counters_offset(lse_count: usize) -> usize {
+    lse_count.next_multiple_of(2)
 }
 
 /// Default `mask_value` of the contract: `-0.7 * f32::MAX`.

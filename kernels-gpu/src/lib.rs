@@ -27,6 +27,7 @@ pub mod barrier;
 pub mod cluster;
 pub mod copy;
 pub mod fp8;
+pub mod gpu_scope;
 pub mod grid_dependency;
 pub mod kernels;
 pub mod math;

@@ -18,12 +18,16 @@
 //! Invalid metadata is resolved by [`crate::attention`] (never an out-of-bounds access): every
 //! global index below is bounded by the static shapes in [`RpaParams`].
 
-use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
+use crate::attention::{
+    clamp_num_seqs, find_sequence, page_is_valid, row_window, split_counters_offset, RowWindow, RpaParams,
+};
+use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
+use crate::gpu_scope;
 use crate::kernel;
 use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
 use crate::num::{Bf16, Element, KvElement, F8E4M3, F8E5M2};
-use crate::shared::dynamic_shared_mem;
-use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_y, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
 
 use super::{load_vec, store_vec, unroll};
@@ -279,7 +283,14 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<DPL>(|k| *base.add(2 + lane_dim + k) = acc[hh][k]);
     });
     sync_threads();
-    let states = WarpStates { smem, warps: RPA_WARPS as usize, rows: HC, stride, cluster_area: core::ptr::null_mut() };
+    let states = WarpStates {
+        smem,
+        warps: RPA_WARPS as usize,
+        rows: HC,
+        stride,
+        cluster_area: core::ptr::null_mut(),
+        last_block_merge_bytes: 0,
+    };
     merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
 }
 
@@ -296,6 +307,10 @@ pub(crate) struct WarpStates {
     /// (`RpaParams::cluster_splits`): `rows * (head_dim + 1)` floats apart from the states. Null
     /// for the kernels the host never launches in clusters.
     pub cluster_area: *mut f32,
+    /// Bytes of the block's dynamic shared memory (from `smem`) when the kernel merges its
+    /// splits in the block counted in last, as the host may ask (`RpaParams::merge_tag`); 0, a
+    /// constant, compiles that merge out (the host asks only the pipelined kernel).
+    pub last_block_merge_bytes: usize,
 }
 
 /// Final step of the attention kernels: merge the warps' states (softmax-weighted) and write the
@@ -309,7 +324,7 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     states: WarpStates,
     threads: usize,
 ) {
-    let WarpStates { smem, warps, rows, stride, cluster_area } = states;
+    let WarpStates { smem, warps, rows, stride, cluster_area, last_block_merge_bytes } = states;
     let d = p.head_dim as usize;
     // The host sets `cluster_splits` only for the kernel that passes a cluster area (a null area
     // is a constant of the others: the cluster code is compiled out of them).
@@ -360,6 +375,8 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     }
     if in_cluster {
         merge_cluster_splits(ptr, p, blk, cluster_area, threads);
+    } else if last_block_merge_bytes > 0 && p.num_splits > 1 && p.merge_tag != 0 {
+        merge_in_last_block(ptr, p, blk, smem as *mut f32, last_block_merge_bytes, threads);
     }
 }
 
@@ -513,6 +530,255 @@ pub const fn rpa_combine_shared_bytes() -> u32 {
     (2 * MAX_MERGE_GROUPS as u32 + RPA_THREADS * MERGE_VECTOR as u32) * 4
 }
 
+/// The online softmax merge of one 16-byte column (four output elements) of a (row, query head)'s
+/// split partials, over some of its splits (a group of [`rpa_combine_groups`]): the largest
+/// log-sum-exp seen, and the weight sum and weighted partials against it. Splits that saw no key
+/// (`lse` = -inf) weigh nothing.
+#[derive(Clone, Copy)]
+struct ColumnMerge {
+    m: f32,
+    wsum: f32,
+    acc: [f32; MERGE_VECTOR],
+}
+
+impl ColumnMerge {
+    /// No split merged yet.
+    const EMPTY: Self = ColumnMerge { m: f32::NEG_INFINITY, wsum: 0.0, acc: [0.0; MERGE_VECTOR] };
+
+    /// Adds splits `first, first + step, ...` below `splits` of column `col` of partial row
+    /// `at.row`: `N` splits' log-sum-exps and partials are loaded before any is added (the loads
+    /// are independent; added one by one, the merge is a chain of L2 round trips).
+    ///
+    /// # Safety
+    /// The partials are `splits * at.rows_per_split` rows of `at.d` floats (16-byte aligned) and
+    /// as many log-sum-exps; `col < at.d / 4`.
+    #[inline(always)]
+    unsafe fn add_splits<const N: usize>(
+        &mut self,
+        part_o: *const f32,
+        part_lse: *const f32,
+        at: &MergeRow,
+        col: usize,
+        (first, step, splits): (usize, usize, usize),
+    ) {
+        let mut s = first;
+        while s < splits {
+            // A split that saw no key (lse = -inf) may have left its partial unwritten: loaded
+            // with the others (inside the workspace), never added.
+            let mut lse = [f32::NEG_INFINITY; N];
+            let mut v = [[0.0f32; MERGE_VECTOR]; N];
+            unroll::<N>(|k| {
+                let sk = s + k * step;
+                if sk < splits {
+                    let r = sk * at.rows_per_split + at.row;
+                    lse[k] = *part_lse.add(r);
+                    v[k] = load_vec(part_o.add(r * at.d + col * MERGE_VECTOR));
+                }
+            });
+            let mut m_new = self.m;
+            unroll::<N>(|k| m_new = max_f32(m_new, lse[k]));
+            if m_new != f32::NEG_INFINITY {
+                // exp2(-inf) = 0: the first splits that saw keys start the sums.
+                let rescale = exp2_approx((self.m - m_new) * LOG2_E);
+                self.wsum *= rescale;
+                unroll::<MERGE_VECTOR>(|e| self.acc[e] *= rescale);
+                unroll::<N>(|k| {
+                    if lse[k] != f32::NEG_INFINITY {
+                        let w = exp2_approx((lse[k] - m_new) * LOG2_E);
+                        self.wsum += w;
+                        unroll::<MERGE_VECTOR>(|e| self.acc[e] += w * v[k][e]);
+                    }
+                });
+                self.m = m_new;
+            }
+            s += N * step;
+        }
+    }
+}
+
+/// Floats at the start of the last-block merge's shared memory: its flag (16 bytes, so that the
+/// log-sum-exps after it keep the partials' area 16-byte aligned).
+const LAST_BLOCK_FLAG_FLOATS: usize = 4;
+
+/// Splits whose partials one round of the last-block merge stages in `shared_bytes` of shared
+/// memory, for `heads` query heads per block, `splits` splits and `threads` threads: every
+/// split's log-sum-exp of the chunk's heads, then 16 bytes per thread and split. The host takes
+/// the last-block merge only where this is at least 1.
+pub const fn last_block_merge_round(shared_bytes: u32, heads: u32, splits: u32, threads: u32) -> u32 {
+    let fixed = ((LAST_BLOCK_FLAG_FLOATS as u64 + heads as u64 * splits as u64) * 4).next_multiple_of(16);
+    if shared_bytes as u64 <= fixed {
+        return 0;
+    }
+    let round = (shared_bytes as u64 - fixed) / (threads as u64 * 16);
+    if round > splits as u64 {
+        splits
+    } else {
+        round as u32
+    }
+}
+
+/// The 8-byte word of a split counter ([`RpaParams::merge_tag`]) that has counted `count` blocks
+/// in under `tag`: the tag in the high 32 bits, 16 more bits derived from it, the count in the
+/// low 16 (splits are a grid dimension: at most 65535). A word the workspace held before (any
+/// data) passes for a count of this launch only if it matches 48 bits derived from the tag.
+#[inline(always)]
+fn split_count_word(tag: u32, count: u32) -> u64 {
+    let check = (tag ^ 0x5bd1_e995).rotate_left(13) & 0xffff;
+    ((tag as u64) << 32) | ((check as u64) << 16) | count as u64
+}
+
+/// Counts this block in at its (row, head chunk)'s split counter and returns whether it is the
+/// last of the `splits` blocks. The last one leaves the word at a count of 0 under the tag, for
+/// a launch that reuses the tag (a replayed CUDA graph): a word of another tag, or of none, is
+/// taken as 0 by the first block to count.
+///
+/// # Safety
+/// `counter` is an 8-byte aligned global word that only this grid's blocks of that (row, head
+/// chunk) touch while it runs.
+#[inline(always)]
+unsafe fn count_split_in(counter: *mut u64, tag: u32, splits: u32) -> bool {
+    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    const COUNT: u64 = 0xffff;
+    let counter = AtomicU64::from_ptr(counter);
+    let zero = split_count_word(tag, 0);
+    let mut seen = counter.load(Relaxed);
+    loop {
+        let base = if seen & !COUNT == zero { seen } else { zero };
+        match counter.compare_exchange_weak(seen, base + 1, Relaxed, Relaxed) {
+            Ok(_) => {
+                let last = (base + 1) & COUNT == splits as u64;
+                if last {
+                    counter.store(zero, Relaxed);
+                }
+                return last;
+            }
+            Err(now) => seen = now,
+        }
+    }
+}
+
+/// Merges the splits of this block's (row, head chunk) in the kernel, if this block is the last
+/// of them to finish: no merge kernel after the grid (a second launch on the host, and a grid
+/// that waits for the first to drain), and the merge overlaps the other blocks' streaming.
+///
+/// Every block, once its partial is written, counts itself in at the chunk's counter in the
+/// workspace ([`count_split_in`]; a release fence first). The one that counts last (an acquire
+/// fence after its count) stages the chunk's partials in its shared memory, now free, with
+/// `cp.async` (16 bytes of a partial row per thread and split, no registers held while they are
+/// in flight), loads every split's log-sum-exp of the chunk's heads meanwhile, and adds its
+/// columns' splits against their heads' largest log-sum-exp. Rounds of
+/// [`last_block_merge_round`] splits where they do not all fit (one round at 1 x 32k, 47
+/// splits, with three 32 KiB stages). A thread reads back only what it copied itself.
+///
+/// # Safety
+/// Every thread of the block calls it, after the block's partial stores; `scratch` is the
+/// block's dynamic shared memory, `scratch_bytes` of it, which nothing else uses now and where
+/// [`last_block_merge_round`] is at least 1; the workspace holds the counters after the
+/// log-sum-exps ([`split_counters_offset`]).
+#[inline(always)]
+unsafe fn merge_in_last_block<Q: Element, KV>(
+    ptr: &RpaPointers<Q, KV>,
+    p: &RpaParams,
+    blk: &Block,
+    scratch: *mut f32,
+    scratch_bytes: usize,
+    threads: usize,
+) {
+    let nq = p.num_q_heads as usize;
+    let rows_per_split = p.max_tokens as usize * nq;
+    let splits = p.num_splits as usize;
+    let flag = scratch as *mut u32;
+    // Every thread's partial stores (and reads of the shared states) before thread 0 counts.
+    sync_threads();
+    if thread_idx_x() == 0 {
+        gpu_scope::fence_acq_rel();
+        let counters = ptr.part_lse.add(split_counters_offset(splits * rows_per_split)) as *mut u64;
+        let chunk = blk.t as usize * grid_dim_y() as usize + block_idx_y() as usize;
+        let last = count_split_in(counters.add(chunk), p.merge_tag, p.num_splits);
+        if last {
+            // The other blocks' partials, published before their counts, are read after this.
+            gpu_scope::fence_acq_rel();
+        }
+        *flag = last as u32;
+    }
+    sync_threads();
+    if *flag == 0 {
+        return;
+    }
+    let d = p.head_dim as usize;
+    let lanes = d / MERGE_VECTOR;
+    let units = blk.hc * lanes;
+    let tid = thread_idx_x() as usize;
+    let lse_area = scratch.add(LAST_BLOCK_FLAG_FLOATS);
+    let parts = lse_area.add(blk.hc * splits).cast::<u8>();
+    let parts = parts.add(parts.align_offset(16)) as *mut f32;
+    let round = last_block_merge_round(scratch_bytes as u32, blk.hc as u32, splits as u32, threads as u32) as usize;
+    // Column `unit` of the chunk: its row of the partials (and of the output) and 16-byte column.
+    let row_of = |unit: usize| blk.t as usize * nq + blk.h0 as usize + unit / lanes;
+    // This thread's slot for the `k`th split of a round.
+    let slot = |k: usize| parts.add((k * threads + tid) * MERGE_VECTOR);
+    // Stages the partials of splits `s0 .. s0 + round` of this thread's column `unit`.
+    let stage = |unit: usize, s0: usize| {
+        if unit < units {
+            let column = ptr.part_o.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR);
+            for k in 0..round.min(splits - s0) {
+                let src = column.add((s0 + k) * rows_per_split * d) as *const u8;
+                cp_async_16(shared_address(slot(k)), src, true, CopyHint { prefetch_256: false, evict_first: None });
+            }
+        }
+        commit_group();
+    };
+    stage(tid, 0);
+    // Every split's log-sum-exp of the chunk's heads, while the first copies fly.
+    let mut i = tid;
+    while i < blk.hc * splits {
+        let (hh, s) = (i / splits, i % splits);
+        *lse_area.add(i) = gpu_scope::load_relaxed_f32(ptr.part_lse.add(s * rows_per_split + row_of(hh * lanes)));
+        i += threads;
+    }
+    sync_threads();
+    let mut unit0 = 0;
+    while unit0 < units {
+        let unit = unit0 + tid;
+        let lse = lse_area.add((unit / lanes).min(blk.hc - 1) * splits);
+        let mut m_all = f32::NEG_INFINITY;
+        for s in 0..splits {
+            m_all = max_f32(m_all, *lse.add(s));
+        }
+        let (mut acc, mut wsum) = ([0.0f32; MERGE_VECTOR], 0.0f32);
+        let mut s0 = 0;
+        while s0 < splits {
+            if s0 > 0 {
+                stage(unit, s0);
+            }
+            wait_all();
+            if unit < units {
+                for k in 0..round.min(splits - s0) {
+                    let l = *lse.add(s0 + k);
+                    // A split that saw no key may have left its partial unwritten: never added.
+                    if l != f32::NEG_INFINITY {
+                        let w = exp2_approx((l - m_all) * LOG2_E);
+                        let v: [f32; MERGE_VECTOR] = load_vec(slot(k));
+                        wsum += w;
+                        unroll::<MERGE_VECTOR>(|e| acc[e] += w * v[e]);
+                    }
+                }
+            }
+            s0 += round;
+        }
+        if unit < units {
+            let inv = if wsum > 0.0 { 1.0 / wsum } else { 0.0 };
+            let mut out = [Q::from_f32(0.0); MERGE_VECTOR];
+            unroll::<MERGE_VECTOR>(|e| out[e] = Q::from_f32(acc[e] * inv));
+            store_vec(ptr.out.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR), out);
+        }
+        unit0 += threads;
+        if unit0 < units {
+            stage(unit0 + tid, 0);
+        }
+    }
+}
+
 /// Merges the `num_splits` partial outputs of one (row, query head), as [`rpa_combine`] does, for
 /// many splits (the host takes it above `LOOP_MERGE_MAX_SPLITS`).
 ///
@@ -527,7 +793,8 @@ pub const fn rpa_combine_shared_bytes() -> u32 {
 /// shared-memory carveout was measured not to be why).
 #[inline(always)]
 unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
-    let MergeRow { row, rows_per_split, d } = merge_row(&p);
+    let at = merge_row(&p);
+    let (row, d) = (at.row, at.d);
     let splits = p.num_splits as usize;
     let tid = thread_idx_x() as usize;
     let lanes = d / MERGE_VECTOR;
@@ -537,45 +804,13 @@ unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f3
     let sums = states.add(2 * MAX_MERGE_GROUPS);
 
     if group < groups {
-        let mut m = f32::NEG_INFINITY;
-        let mut wsum = 0.0f32;
-        let mut acc = [0.0f32; MERGE_VECTOR];
-        let mut s = group;
-        while s < splits {
-            // A split that saw no key (lse = -inf) may have left its partial unwritten: loaded
-            // with the others (inside the workspace), never added.
-            let mut lse = [f32::NEG_INFINITY; MERGE_LOADS_IN_FLIGHT];
-            let mut v = [[0.0f32; MERGE_VECTOR]; MERGE_LOADS_IN_FLIGHT];
-            unroll::<MERGE_LOADS_IN_FLIGHT>(|k| {
-                let sk = s + k * groups;
-                if sk < splits {
-                    lse[k] = *part_lse.add(sk * rows_per_split + row);
-                    v[k] = load_vec(part_o.add((sk * rows_per_split + row) * d + part * MERGE_VECTOR));
-                }
-            });
-            let mut m_new = m;
-            unroll::<MERGE_LOADS_IN_FLIGHT>(|k| m_new = max_f32(m_new, lse[k]));
-            if m_new != f32::NEG_INFINITY {
-                // exp2(-inf) = 0: the first splits that saw keys start the sums.
-                let rescale = exp2_approx((m - m_new) * LOG2_E);
-                wsum *= rescale;
-                unroll::<MERGE_VECTOR>(|e| acc[e] *= rescale);
-                unroll::<MERGE_LOADS_IN_FLIGHT>(|k| {
-                    if lse[k] != f32::NEG_INFINITY {
-                        let w = exp2_approx((lse[k] - m_new) * LOG2_E);
-                        wsum += w;
-                        unroll::<MERGE_VECTOR>(|e| acc[e] += w * v[k][e]);
-                    }
-                });
-                m = m_new;
-            }
-            s += MERGE_LOADS_IN_FLIGHT * groups;
-        }
+        let mut c = ColumnMerge::EMPTY;
+        c.add_splits::<MERGE_LOADS_IN_FLIGHT>(part_o, part_lse, &at, part, (group, groups, splits));
         if part == 0 {
-            *states.add(2 * group) = m;
-            *states.add(2 * group + 1) = wsum;
+            *states.add(2 * group) = c.m;
+            *states.add(2 * group + 1) = c.wsum;
         }
-        store_vec(sums.add(group * d + part * MERGE_VECTOR), acc);
+        store_vec(sums.add(group * d + part * MERGE_VECTOR), c.acc);
     }
     sync_threads();
 

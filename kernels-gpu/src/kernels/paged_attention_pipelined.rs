@@ -599,6 +599,7 @@ unsafe fn rpa_pipelined_on<
         rows: MMA_HEADS_PER_BLOCK as usize,
         stride: 2 + D,
         cluster_area: smem.add(pipelined_warp_state_floats(D as u32, tile) as usize),
+        last_block_merge_bytes: pipelined_shared_bytes(D as u32, kv_bytes, tile, stages) as usize,
     };
     merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
 }

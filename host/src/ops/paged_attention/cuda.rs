@@ -3,7 +3,8 @@
 use std::ffi::c_void;
 
 use kernels_gpu::kernels::paged_attention::{
-    rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS, RPA_THREADS, RPA_WARPS,
+    last_block_merge_round, rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS,
+    RPA_THREADS, RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
@@ -312,9 +313,11 @@ pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 /// two-stage long grids (benchmarks/NOTES.md "v11").
 const DEFAULT_PIPE_MODE: u32 = 1;
 
-/// Environment variable choosing the split merge kernel: `0` (default) by the split count (the
-/// loop kernel up to [`LOOP_MERGE_MAX_SPLITS`], the group kernel above), `1` always the loop
-/// kernel, `2` always the group kernel (tests cover both on few splits).
+/// Environment variable choosing how split partials in the workspace are merged (splits that run
+/// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
+/// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel, by the block of a
+/// (row, head chunk) counted in last (the other kernels then take the default's merge kernel).
+/// Tests run every mode.
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
 /// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
@@ -389,7 +392,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
-        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=2)?,
+        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -659,8 +662,44 @@ struct DirectPlan {
     /// The splits of a (row, head chunk) are one cluster and merge in it (no merge kernel, no
     /// scratch).
     cluster: bool,
-    /// The merge kernel, when the splits take one: the loop kernel (else the group kernel).
-    loop_merge: bool,
+    /// How partials in the workspace merge (with splits, outside a cluster).
+    merge: PartialsMerge,
+}
+
+/// How a split plan's partials in the workspace are merged ([`MERGE_MODE_ENV_VAR`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PartialsMerge {
+    /// `rpa_combine`: a loop over the splits per output element.
+    LoopKernel,
+    /// `rpa_combine_groups`: split groups, every load in flight.
+    GroupKernel,
+    /// In the pipelined kernel, by the block of a (row, head chunk) counted in last
+    /// (`RpaParams::merge_tag`): one launch; counters after the partials in the workspace.
+    LastBlock,
+}
+
+impl PartialsMerge {
+    /// The default for `splits` splits: the loop kernel up to [`LOOP_MERGE_MAX_SPLITS`], the group
+    /// kernel above.
+    fn auto(splits: u32) -> Self {
+        if splits <= LOOP_MERGE_MAX_SPLITS {
+            PartialsMerge::LoopKernel
+        } else {
+            PartialsMerge::GroupKernel
+        }
+    }
+
+    /// The merge for `mode` ([`MERGE_MODE_ENV_VAR`]) and `splits` splits; `last_block`: whether
+    /// the kernel can merge them itself (the pipelined kernel, whose shared memory then stages at
+    /// least one split per round: `last_block_merge_round`).
+    fn for_mode(mode: u32, splits: u32, last_block: bool) -> Self {
+        match mode {
+            1 => PartialsMerge::LoopKernel,
+            2 => PartialsMerge::GroupKernel,
+            3 if last_block => PartialsMerge::LastBlock,
+            _ => PartialsMerge::auto(splits),
+        }
+    }
 }
 
 impl LaunchPlan {
@@ -670,8 +709,8 @@ impl LaunchPlan {
             LaunchPlan::Tiled(t) => vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
-                if d.splits > 1 && !d.cluster {
-                    v.push(combine_kernel(spec, d.loop_merge));
+                if d.splits > 1 && !d.cluster && d.merge != PartialsMerge::LastBlock {
+                    v.push(combine_kernel(spec, d.merge));
                 }
                 v
             }
@@ -684,7 +723,7 @@ impl LaunchPlan {
             LaunchPlan::Tiled(t) if t.warp_specialized => ws_scratch_bytes(t.capacity) as usize,
             LaunchPlan::Tiled(t) => plan_bytes(t.capacity) as usize,
             LaunchPlan::Direct(d) if d.cluster => 0,
-            LaunchPlan::Direct(d) => split_scratch_bytes(spec, d.splits),
+            LaunchPlan::Direct(d) => split_scratch_bytes(spec, d.splits, d.grid_y, d.merge),
         }
     }
 }
@@ -694,12 +733,23 @@ fn bytes_per_split(spec: &PagedAttention) -> usize {
     spec.max_tokens as usize * spec.num_q_heads as usize * (spec.head_dim as usize + 1) * 4
 }
 
-/// Bytes of the split-KV partials (none without splits).
-fn split_scratch_bytes(spec: &PagedAttention, splits: u32) -> usize {
+/// Bytes of the split-KV partials (none without splits), and of the last-block merge's counters
+/// after them.
+fn split_scratch_bytes(spec: &PagedAttention, splits: u32, grid_y: u32, merge: PartialsMerge) -> usize {
     if splits <= 1 {
         return 0;
     }
-    splits as usize * bytes_per_split(spec)
+    splits as usize * bytes_per_split(spec) + split_counter_bytes(spec, grid_y, merge)
+}
+
+/// Bytes of the last-block merge's counters (`RpaParams::merge_tag`): an 8-byte word per (row,
+/// head chunk), and 4 bytes that may align them after an odd count of log-sum-exps
+/// (`split_counters_offset`); none for the other merges.
+fn split_counter_bytes(spec: &PagedAttention, grid_y: u32, merge: PartialsMerge) -> usize {
+    match merge {
+        PartialsMerge::LastBlock => 4 + 8 * spec.max_tokens as usize * grid_y as usize,
+        _ => 0,
+    }
 }
 
 /// The kernel `choice` resolves to for `spec` on a device of compute capability `cc`; an error
@@ -882,14 +932,21 @@ fn plan_launch(
         let (splits, split_len) = choose_splits(blocks_per_split, max_keys, module.multiprocessors);
         (splits, split_len, false)
     };
+    let merge_mode = settings()?.merge_mode;
+    let pipelined = kernel == KernelChoice::Pipelined;
+    let heads = heads_per_block.min(group);
+    let last_block = |splits| pipelined && last_block_merge_round(shared_bytes, heads, splits, threads) >= 1;
+    let mut merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits));
     if let Some(bytes) = limit.filter(|_| !cluster) {
-        if split_scratch_bytes(spec, splits) > bytes {
+        if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
-            let fit = (bytes / bytes_per_split(spec).max(1)) as u32;
-            let granule = if kernel == KernelChoice::Pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
+            let counters = split_counter_bytes(spec, grid_y, merge);
+            let fit = (bytes.saturating_sub(counters) / bytes_per_split(spec).max(1)) as u32;
+            let granule = if pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
             split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
             splits = max_keys.max(1).div_ceil(split_len);
-            if split_scratch_bytes(spec, splits) > bytes {
+            merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits));
+            if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
                 (splits, split_len) = (1, max_keys.max(1).next_multiple_of(granule));
             }
         }
@@ -903,10 +960,7 @@ fn plan_launch(
         splits,
         split_len,
         cluster,
-        loop_merge: match settings()?.merge_mode {
-            0 => splits <= LOOP_MERGE_MAX_SPLITS,
-            mode => mode == 1,
-        },
+        merge,
     }))
 }
 
@@ -1145,6 +1199,10 @@ unsafe fn launch_direct(
     params.pipe_stages = l.stages;
     params.cluster_splits = l.cluster as u32;
     params.pipe_mode = if l.stages > 0 { settings.pipe_mode } else { 0 };
+    let merge_kernel = l.splits > 1 && !l.cluster && l.merge != PartialsMerge::LastBlock;
+    if l.splits > 1 && !l.cluster && l.merge == PartialsMerge::LastBlock {
+        params.merge_tag = next_merge_tag();
+    }
     let (part_o, part_lse) = if l.splits > 1 && !l.cluster {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)
@@ -1169,12 +1227,12 @@ unsafe fn launch_direct(
         &mut args.pointers(),
         settings.programmatic,
     )?;
-    if l.splits <= 1 || l.cluster {
+    if !merge_kernel {
         return Ok(());
     }
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
-    let (_, merge_shared) = combine_kernel(spec, l.loop_merge);
+    let (_, merge_shared) = combine_kernel(spec, l.merge);
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, spec.num_q_heads, 1),
         block: (RPA_THREADS, 1, 1),
@@ -1186,9 +1244,23 @@ unsafe fn launch_direct(
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 
+/// A launch's tag for the last-block merge's counters (`RpaParams::merge_tag`): never 0, and
+/// distinct for 2^32 - 1 launches in a row (an odd multiplier is a bijection of u32; spread over
+/// the bits so that the tag does not look like the small integers a workspace may hold).
+fn next_merge_tag() -> u32 {
+    static LAUNCHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    loop {
+        let n = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n != 0 {
+            return n.wrapping_mul(0x9e37_79b1);
+        }
+    }
+}
+
 /// The split-KV merge kernel for q's dtype, the loop or the group one, and its dynamic shared
-/// memory.
-fn combine_kernel(spec: &PagedAttention, loop_merge: bool) -> (&'static str, u32) {
+/// memory (asked only for the two merge kernels: the last-block merge has none).
+fn combine_kernel(spec: &PagedAttention, merge: PartialsMerge) -> (&'static str, u32) {
+    let loop_merge = merge == PartialsMerge::LoopKernel;
     let name = match (spec.q_dtype, loop_merge) {
         (DType::F32, true) => "rpa_combine_f32",
         (DType::F16, true) => "rpa_combine_f16",

@@ -1,0 +1,65 @@
+//! Memory order between the blocks of one grid, at GPU scope, through inline PTX: the fence that
+//! publishes a block's global writes before it signals another block (and orders the signal's
+//! reading before the loads it guards), and loads that see what other blocks wrote.
+//!
+//! `core::sync::atomic` lowers every ordering to a relaxed `atom` on nvptx (LLVM drops AcqRel and
+//! SeqCst; ../shared/reference/toolchain.md), so the order is built the way the PTX memory model
+//! spells it: writer `stores; bar.sync; fence; relaxed atomic`, reader `relaxed atomic; fence;
+//! bar.sync; relaxed loads` (the pattern of CUTLASS's semaphore). Relaxed loads at GPU scope are
+//! strong: they never return a line an SM's L1 kept from before the other block's writes, which a
+//! weak load may.
+
+/// `fence.acq_rel.gpu`: this thread's memory operations before it (and those ordered before them,
+/// a block's writes before a `bar.sync` included) are seen by the GPU before its operations after
+/// it; and operations after it follow whatever it observed before.
+///
+/// # Safety
+/// None beyond being called from device code; `unsafe` for the inline assembly.
+#[inline(always)]
+pub unsafe fn fence_acq_rel() {
+    #[cfg(target_arch = "nvptx64")]
+    core::arch::asm!("fence.acq_rel.gpu;", options(nostack));
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("gpu_scope::fence_acq_rel")
+}
+
+/// Loads an f32 with `ld.relaxed.gpu` (strong at GPU scope: it sees another block's write once
+/// that write is ordered before it).
+///
+/// # Safety
+/// `src` must be a global address valid for 4 aligned bytes.
+#[inline(always)]
+pub unsafe fn load_relaxed_f32(src: *const f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let v: f32;
+        core::arch::asm!("ld.relaxed.gpu.global.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) src,
+            options(readonly, nostack));
+        v
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = src;
+        crate::gpu_only!("gpu_scope::load_relaxed_f32")
+    }
+}
+
+/// Loads four consecutive f32 with one 16-byte `ld.relaxed.gpu` (see [`load_relaxed_f32`]).
+///
+/// # Safety
+/// `src` must be a global address valid for 16 bytes and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn load_relaxed_f32x4(src: *const f32) -> [f32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (a, b, c, d): (f32, f32, f32, f32);
+        core::arch::asm!("ld.relaxed.gpu.global.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a,
+            b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) src, options(readonly, nostack));
+        [a, b, c, d]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = src;
+        crate::gpu_only!("gpu_scope::load_relaxed_f32x4")
+    }
+}
