@@ -632,6 +632,13 @@ fn split_count_word(tag: u32, count: u32) -> u64 {
 /// a launch that reuses the tag (a replayed CUDA graph): a word of another tag, or of none, is
 /// taken as 0 by the first block to count.
 ///
+/// One atomic add where the word carries the tag already (every block but the first ones): the
+/// splits of a chunk finish nearly together, and a compare-and-swap loop for every block
+/// serialized them, a failed attempt and an L2 round trip each (1 x 8k, 32 splits: 11 µs,
+/// benchmarks/NOTES.md "v15"). Only a block that reads a word without the tag swaps the tagged
+/// count of 1 in; if another block's swap came first, it adds instead. Adds never carry out of
+/// the count (at most `splits` of them).
+///
 /// # Safety
 /// `counter` is an 8-byte aligned global word that only this grid's blocks of that (row, head
 /// chunk) touch while it runs.
@@ -641,20 +648,22 @@ unsafe fn count_split_in(counter: *mut u64, tag: u32, splits: u32) -> bool {
     const COUNT: u64 = 0xffff;
     let counter = AtomicU64::from_ptr(counter);
     let zero = split_count_word(tag, 0);
-    let mut seen = counter.load(Relaxed);
-    loop {
-        let base = if seen & !COUNT == zero { seen } else { zero };
-        match counter.compare_exchange_weak(seen, base + 1, Relaxed, Relaxed) {
-            Ok(_) => {
-                let last = (base + 1) & COUNT == splits as u64;
-                if last {
-                    counter.store(zero, Relaxed);
-                }
-                return last;
-            }
-            Err(now) => seen = now,
+    let seen = counter.load(Relaxed);
+    let tagged = |word: u64| word & !COUNT == zero;
+    let count = if !tagged(seen) {
+        match counter.compare_exchange(seen, zero + 1, Relaxed, Relaxed) {
+            Ok(_) => 1,
+            // Another block's swap (or add) came first: the word carries the tag now.
+            Err(_) => (counter.fetch_add(1, Relaxed) & COUNT) + 1,
         }
+    } else {
+        (counter.fetch_add(1, Relaxed) & COUNT) + 1
+    };
+    let last = count == splits as u64;
+    if last {
+        counter.store(zero, Relaxed);
     }
+    last
 }
 
 /// Merges the splits of this block's (row, head chunk) in the kernel, if this block is the last
