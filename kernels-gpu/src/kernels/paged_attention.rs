@@ -28,7 +28,7 @@ use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
 use crate::num::{Bf16, Element, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_y, sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
+use crate::warp::{lane_id, warp_max_f32, warp_sum_f32, WARP_SIZE};
 
 use super::{load_vec, store_vec, unroll};
 
@@ -329,6 +329,8 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     // The host sets `cluster_splits` only for the kernel that passes a cluster area (a null area
     // is a constant of the others: the cluster code is compiled out of them).
     let in_cluster = p.num_splits > 1 && p.cluster_splits != 0 && !cluster_area.is_null();
+    let last_block_merge = last_block_merge_bytes > 0 && !in_cluster && p.num_splits > 1 && p.merge_tag != 0;
+    let counter_seen = if last_block_merge { preload_split_counter(ptr, p, blk) } else { 0 };
     let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;
     while idx < total {
@@ -375,8 +377,8 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     }
     if in_cluster {
         merge_cluster_splits(ptr, p, blk, cluster_area, threads);
-    } else if last_block_merge_bytes > 0 && p.num_splits > 1 && p.merge_tag != 0 {
-        merge_in_last_block(ptr, p, blk, smem as *mut f32, last_block_merge_bytes, threads);
+    } else if last_block_merge {
+        merge_in_last_block(ptr, p, blk, counter_seen, smem as *mut f32, last_block_merge_bytes, threads);
     }
 }
 
@@ -601,11 +603,11 @@ impl ColumnMerge {
 const LAST_BLOCK_FLAG_FLOATS: usize = 4;
 
 /// Splits whose partials one round of the last-block merge stages in `shared_bytes` of shared
-/// memory, for `heads` query heads per block, `splits` splits and `threads` threads: every
-/// split's log-sum-exp of the chunk's heads, then 16 bytes per thread and split. The host takes
+/// memory, for `heads` query heads per block, `splits` splits and `threads` threads: each head's
+/// weight sum and every split's weight of the chunk's heads, then 16 bytes per thread and split. The host takes
 /// the last-block merge only where this is at least 1.
 pub const fn last_block_merge_round(shared_bytes: u32, heads: u32, splits: u32, threads: u32) -> u32 {
-    let fixed = ((LAST_BLOCK_FLAG_FLOATS as u64 + heads as u64 * splits as u64) * 4).next_multiple_of(16);
+    let fixed = ((LAST_BLOCK_FLAG_FLOATS as u64 + heads as u64 * (splits as u64 + 1)) * 4).next_multiple_of(16);
     if shared_bytes as u64 <= fixed {
         return 0;
     }
@@ -637,18 +639,18 @@ fn split_count_word(tag: u32, count: u32) -> u64 {
 /// serialized them, a failed attempt and an L2 round trip each (1 x 8k, 32 splits: 11 µs,
 /// benchmarks/NOTES.md "v15"). Only a block that reads a word without the tag swaps the tagged
 /// count of 1 in; if another block's swap came first, it adds instead. Adds never carry out of
-/// the count (at most `splits` of them).
+/// the count (at most `splits` of them). `seen`: the word as this block read it, at any time
+/// before (a stale read is harmless: a tag, once in, stays; a swap from a stale value fails).
 ///
 /// # Safety
 /// `counter` is an 8-byte aligned global word that only this grid's blocks of that (row, head
 /// chunk) touch while it runs.
 #[inline(always)]
-unsafe fn count_split_in(counter: *mut u64, tag: u32, splits: u32) -> bool {
+unsafe fn count_split_in(counter: *mut u64, seen: u64, tag: u32, splits: u32) -> bool {
     use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
     const COUNT: u64 = 0xffff;
     let counter = AtomicU64::from_ptr(counter);
     let zero = split_count_word(tag, 0);
-    let seen = counter.load(Relaxed);
     let tagged = |word: u64| word & !COUNT == zero;
     let count = if !tagged(seen) {
         match counter.compare_exchange(seen, zero + 1, Relaxed, Relaxed) {
@@ -666,18 +668,45 @@ unsafe fn count_split_in(counter: *mut u64, tag: u32, splits: u32) -> bool {
     last
 }
 
+/// This block's (row, head chunk) counter of the last-block merge.
+///
+/// # Safety
+/// The workspace holds the counters after the log-sum-exps ([`split_counters_offset`]).
+#[inline(always)]
+unsafe fn split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, blk: &Block) -> *mut u64 {
+    let lse_count = p.num_splits as usize * p.max_tokens as usize * p.num_q_heads as usize;
+    let counters = ptr.part_lse.add(split_counters_offset(lse_count)) as *mut u64;
+    counters.add(blk.t as usize * grid_dim_y() as usize + block_idx_y() as usize)
+}
+
+/// Reads this block's split counter ahead of [`merge_in_last_block`] (thread 0; 0 elsewhere), so
+/// that the read's round trip overlaps the partial's stores.
+///
+/// # Safety
+/// As [`split_counter`].
+#[inline(always)]
+unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, blk: &Block) -> u64 {
+    if thread_idx_x() == 0 {
+        core::sync::atomic::AtomicU64::from_ptr(split_counter(ptr, p, blk)).load(core::sync::atomic::Ordering::Relaxed)
+    } else {
+        0
+    }
+}
+
 /// Merges the splits of this block's (row, head chunk) in the kernel, if this block is the last
 /// of them to finish: no merge kernel after the grid (a second launch on the host, and a grid
 /// that waits for the first to drain), and the merge overlaps the other blocks' streaming.
 ///
 /// Every block, once its partial is written, counts itself in at the chunk's counter in the
-/// workspace ([`count_split_in`]; a release fence first). The one that counts last (an acquire
-/// fence after its count) stages the chunk's partials in its shared memory, now free, with
-/// `cp.async` (16 bytes of a partial row per thread and split, no registers held while they are
-/// in flight), loads every split's log-sum-exp of the chunk's heads meanwhile, and adds its
-/// columns' splits against their heads' largest log-sum-exp. Rounds of
+/// workspace ([`count_split_in`]; a release fence first; the counter read ahead by
+/// [`preload_split_counter`]). The one that counts last (an acquire fence after its count)
+/// stages the chunk's partials in its shared memory, now free, with `cp.async` (16 bytes of a
+/// partial row per thread and split, no registers held while they are in flight); meanwhile
+/// its warps load every split's log-sum-exp of the chunk's heads and turn them into weights
+/// against each head's largest (a warp reduction) and a weight sum. Then each thread sums its
+/// column's weighted splits, reading back only what it copied itself. Rounds of
 /// [`last_block_merge_round`] splits where they do not all fit (one round at 1 x 32k, 47
-/// splits, with three 32 KiB stages). A thread reads back only what it copied itself.
+/// splits, with three 32 KiB stages).
 ///
 /// # Safety
 /// Every thread of the block calls it, after the block's partial stores; `scratch` is the
@@ -689,6 +718,7 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
     ptr: &RpaPointers<Q, KV>,
     p: &RpaParams,
     blk: &Block,
+    counter_seen: u64,
     scratch: *mut f32,
     scratch_bytes: usize,
     threads: usize,
@@ -701,9 +731,7 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
     sync_threads();
     if thread_idx_x() == 0 {
         gpu_scope::fence_acq_rel();
-        let counters = ptr.part_lse.add(split_counters_offset(splits * rows_per_split)) as *mut u64;
-        let chunk = blk.t as usize * grid_dim_y() as usize + block_idx_y() as usize;
-        let last = count_split_in(counters.add(chunk), p.merge_tag, p.num_splits);
+        let last = count_split_in(split_counter(ptr, p, blk), counter_seen, p.merge_tag, p.num_splits);
         if last {
             // The other blocks' partials, published before their counts, are read after this.
             gpu_scope::fence_acq_rel();
@@ -716,12 +744,15 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
     }
     let d = p.head_dim as usize;
     let lanes = d / MERGE_VECTOR;
-    let units = blk.hc * lanes;
+    let (hc, units) = (blk.hc, blk.hc * lanes);
     let tid = thread_idx_x() as usize;
-    let lse_area = scratch.add(LAST_BLOCK_FLAG_FLOATS);
-    let parts = lse_area.add(blk.hc * splits).cast::<u8>();
+    // Shared memory: the flag, each head's weight sum, each (head, split)'s log-sum-exp (then
+    // weight), and the staged partials (16-byte aligned).
+    let wsums = scratch.add(LAST_BLOCK_FLAG_FLOATS);
+    let weights = wsums.add(hc);
+    let parts = weights.add(hc * splits).cast::<u8>();
     let parts = parts.add(parts.align_offset(16)) as *mut f32;
-    let round = last_block_merge_round(scratch_bytes as u32, blk.hc as u32, splits as u32, threads as u32) as usize;
+    let round = last_block_merge_round(scratch_bytes as u32, hc as u32, splits as u32, threads as u32) as usize;
     // Column `unit` of the chunk: its row of the partials (and of the output) and 16-byte column.
     let row_of = |unit: usize| blk.t as usize * nq + blk.h0 as usize + unit / lanes;
     // This thread's slot for the `k`th split of a round.
@@ -738,45 +769,72 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
         commit_group();
     };
     stage(tid, 0);
-    // Every split's log-sum-exp of the chunk's heads, while the first copies fly.
-    let mut i = tid;
-    while i < blk.hc * splits {
-        let (hh, s) = (i / splits, i % splits);
-        *lse_area.add(i) = gpu_scope::load_relaxed_f32(ptr.part_lse.add(s * rows_per_split + row_of(hh * lanes)));
-        i += threads;
+    // While the first copies fly: each warp takes heads, its lanes the splits; the head's
+    // largest log-sum-exp by a warp reduction, then each split's weight (0 for a split that saw
+    // no key, whose partial may be unwritten) and their sum.
+    let (warp, lane) = (tid / WARP_SIZE as usize, tid % WARP_SIZE as usize);
+    let mut hh = warp;
+    while hh < hc {
+        let row = row_of(hh * lanes);
+        let mut m = f32::NEG_INFINITY;
+        let mut s = lane;
+        while s < splits {
+            let lse = gpu_scope::load_relaxed_f32(ptr.part_lse.add(s * rows_per_split + row));
+            *weights.add(hh * splits + s) = lse;
+            m = max_f32(m, lse);
+            s += WARP_SIZE as usize;
+        }
+        let m = warp_max_f32(m);
+        let mut sum = 0.0f32;
+        let mut s = lane;
+        while s < splits {
+            let lse = *weights.add(hh * splits + s);
+            let w = if lse != f32::NEG_INFINITY { exp2_approx((lse - m) * LOG2_E) } else { 0.0 };
+            *weights.add(hh * splits + s) = w;
+            sum += w;
+            s += WARP_SIZE as usize;
+        }
+        let sum = warp_sum_f32(sum);
+        if lane == 0 {
+            *wsums.add(hh) = sum;
+        }
+        hh += threads / WARP_SIZE as usize;
     }
     sync_threads();
     let mut unit0 = 0;
     while unit0 < units {
         let unit = unit0 + tid;
-        let lse = lse_area.add((unit / lanes).min(blk.hc - 1) * splits);
-        let mut m_all = f32::NEG_INFINITY;
-        for s in 0..splits {
-            m_all = max_f32(m_all, *lse.add(s));
-        }
-        let (mut acc, mut wsum) = ([0.0f32; MERGE_VECTOR], 0.0f32);
+        let w = weights.add((unit / lanes).min(hc - 1) * splits);
+        let mut acc = [0.0f32; MERGE_VECTOR];
         let mut s0 = 0;
         while s0 < splits {
             if s0 > 0 {
                 stage(unit, s0);
             }
             wait_all();
+            let n = round.min(splits - s0);
             if unit < units {
-                for k in 0..round.min(splits - s0) {
-                    let l = *lse.add(s0 + k);
-                    // A split that saw no key may have left its partial unwritten: never added.
-                    if l != f32::NEG_INFINITY {
-                        let w = exp2_approx((l - m_all) * LOG2_E);
-                        let v: [f32; MERGE_VECTOR] = load_vec(slot(k));
-                        wsum += w;
-                        unroll::<MERGE_VECTOR>(|e| acc[e] += w * v[e]);
-                    }
+                // Four splits' loads issued before their sums (independent shared-memory reads).
+                let mut k = 0;
+                while k < n {
+                    unroll::<4>(|j| {
+                        if k + j < n {
+                            let wk = *w.add(s0 + k + j);
+                            // A weight of 0 may stand for an unwritten partial: never multiplied.
+                            if wk != 0.0 {
+                                let v: [f32; MERGE_VECTOR] = load_vec(slot(k + j));
+                                unroll::<MERGE_VECTOR>(|e| acc[e] += wk * v[e]);
+                            }
+                        }
+                    });
+                    k += 4;
                 }
             }
             s0 += round;
         }
         if unit < units {
-            let inv = if wsum > 0.0 { 1.0 / wsum } else { 0.0 };
+            let sum = *wsums.add(unit / lanes);
+            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
             let mut out = [Q::from_f32(0.0); MERGE_VECTOR];
             unroll::<MERGE_VECTOR>(|e| out[e] = Q::from_f32(acc[e] * inv));
             store_vec(ptr.out.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR), out);
