@@ -317,7 +317,9 @@ const DEFAULT_PIPE_MODE: u32 = 1;
 /// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
 /// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel, by the block of a
 /// (row, head chunk) counted in last (the other kernels then take the default's merge kernel).
-/// Tests run every mode.
+/// Tests run every mode. Mode 3 makes a split call one launch (host cost on an H200 4.56 against
+/// 7.21 µs), but its merge takes longer on the device: 0.3-2.8 µs on the 16-bit split cells,
+/// 4 µs on fp8 1 x 32k (benchmarks/NOTES.md "v15"), so the default keeps the merge kernels.
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
 /// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
@@ -1545,6 +1547,55 @@ mod tests {
                 let s = choose_splits_by_waves(blocks, keys, slots, 1, DEFAULT_MERGE_COST_KEYS, 8);
                 assert!(!s.cluster || (2..=8).contains(&s.splits), "{blocks} x {keys}: {s:?}");
             }
+        }
+    }
+
+    #[test]
+    fn merge_modes_and_the_last_block_merge_workspace() {
+        // Mode 0 by split count; mode 3 only where the kernel can merge its splits itself.
+        assert_eq!(PartialsMerge::for_mode(0, 16, true), PartialsMerge::LoopKernel);
+        assert_eq!(PartialsMerge::for_mode(0, 17, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(2, 4, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(3, 47, true), PartialsMerge::LastBlock);
+        assert_eq!(PartialsMerge::for_mode(3, 47, false), PartialsMerge::GroupKernel);
+        // The counters follow the partials: 8 bytes per (row, head chunk), 4 for alignment.
+        // One decode row, 32 q / 8 KV heads, head_dim 128, a 2048-page table.
+        let t = |dtype, dims: &'static [i64]| crate::ops::paged_attention::TensorRef {
+            data: std::ptr::null_mut(),
+            dtype,
+            dims,
+        };
+        let (q, kv): (&[i64], &[i64]) = (&[1, 32, 128], &[2048, 16, 16, 128]);
+        let spec = PagedAttention::from_tensors(
+            &t(DType::BF16, q),
+            &t(DType::BF16, kv),
+            &t(DType::S32, &[1]),
+            &t(DType::S32, &[1, 2048]),
+            &t(DType::S32, &[2]),
+            &t(DType::S32, &[1]),
+            &t(DType::BF16, q),
+            Default::default(),
+        )
+        .unwrap();
+        let partials = 47 * bytes_per_split(&spec);
+        assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::GroupKernel), partials);
+        assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::LastBlock), partials + 4 + 8 * 8);
+        assert_eq!(split_scratch_bytes(&spec, 1, 8, PartialsMerge::LastBlock), 0);
+    }
+
+    #[test]
+    fn last_block_merge_rounds_fit_the_shared_memory() {
+        // Three 32 KiB stages, four heads, 128 threads: the 47 splits of 1 x 32k in one round.
+        let three_stages = pipelined_shared_bytes(128, 2, 64, 3);
+        assert_eq!(last_block_merge_round(three_stages, 4, 47, 128), 47);
+        // fp8 with two 16 KiB stages (the warp states set the size: 41.5 KiB): 19 splits per round.
+        assert_eq!(last_block_merge_round(pipelined_shared_bytes(128, 1, 64, 2), 4, 47, 128), 19);
+        // Weights that leave no room for one split: no last-block merge.
+        assert_eq!(last_block_merge_round(4096, 16, 200, 128), 0);
+        for (bytes, heads, splits) in [(98304, 16, 300), (32768, 1, 5), (16384, 8, 64)] {
+            let round = last_block_merge_round(bytes, heads, splits, 128) as u64;
+            let used = ((4 + heads as u64 * (splits as u64 + 1)) * 4).next_multiple_of(16) + round * 128 * 16;
+            assert!(round <= splits as u64 && used <= bytes as u64, "{bytes} {heads} {splits}: {round}");
         }
     }
 }
