@@ -160,6 +160,10 @@ pub struct KernelModule {
     /// (context id, module): a process sees a handful of contexts, so a list suffices. Keyed by
     /// `cuCtxGetId`, not the handle: a destroyed context's handle can be reused by a new one.
     contexts: Mutex<Vec<(u64, Arc<ContextModule>)>>,
+    /// (device ordinal, module of its primary context), for [`KernelModule::for_device`]: the
+    /// primary context is retained once and stays alive for the process, so its module is looked
+    /// up once (the torch kernel asks for every call's workspace size).
+    devices: Mutex<Vec<(i32, Arc<ContextModule>)>>,
 }
 
 /// A cluster shape of a kernel's blocks: (kernel, threads, dynamic shared bytes, blocks).
@@ -202,7 +206,7 @@ impl KernelModule {
     /// `images`, most specific first; each `ptx` must end with a NUL byte (`cuModuleLoadData`
     /// reads a C string).
     pub const fn new(images: &'static [PtxImage]) -> Self {
-        KernelModule { images, contexts: Mutex::new(Vec::new()) }
+        KernelModule { images, contexts: Mutex::new(Vec::new()), devices: Mutex::new(Vec::new()) }
     }
 
     /// How many CUDA contexts have this module loaded (a leak check: it grows only with new
@@ -229,10 +233,17 @@ impl KernelModule {
     }
 
     /// The module loaded in the primary context of CUDA device `ordinal` (the context XLA and
-    /// torch run their streams in), retaining that context and loading the module on first use.
-    /// For host-side queries made before any launch (workspace sizes), so the launches that
-    /// follow, possibly under stream capture, find the module loaded.
+    /// torch run their streams in), retaining that context and loading the module on first use
+    /// (once per ordinal: before, every call retained the context again, a driver call and a
+    /// reference count that grew per call). For host-side queries made before any launch
+    /// (workspace sizes), so the launches that follow, possibly under stream capture, find the
+    /// module loaded.
     pub fn for_device(&self, ordinal: i32) -> Result<Arc<ContextModule>> {
+        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, m)) = devices.iter().find(|(o, _)| *o == ordinal) {
+            return Ok(m.clone());
+        }
+        drop(devices);
         ensure_driver()?;
         let device = cu::device::get(ordinal).map_err(|e| Error::cuda("cuDeviceGet", e))?;
         let mut context: CUcontext = std::ptr::null_mut();
@@ -243,7 +254,12 @@ impl KernelModule {
             .result()
             .map_err(|e| Error::cuda("cuDevicePrimaryCtxRetain", e))?;
         // SAFETY: retained above.
-        unsafe { self.for_context(context) }
+        let module = unsafe { self.for_context(context) }?;
+        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if !devices.iter().any(|(o, _)| *o == ordinal) {
+            devices.push((ordinal, module.clone()));
+        }
+        Ok(module)
     }
 
     /// # Safety
@@ -345,9 +361,10 @@ impl KernelModule {
 }
 
 impl ContextModule {
-    /// The kernel called `name` (looked up once, then cached), allowed `shared_bytes` of dynamic shared memory (above 48 KiB a
-    /// kernel must opt in with `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; done once per
-    /// kernel and size, not per launch).
+    /// The kernel called `name` (looked up once, then cached), allowed `shared_bytes` of dynamic
+    /// shared memory (above 48 KiB a kernel must opt in with
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; done once per kernel and size, not per
+    /// launch).
     pub fn function_with_shared(&self, name: &'static str, shared_bytes: u32) -> Result<CUfunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         let entry = match functions.get(name) {

@@ -479,15 +479,20 @@ fn plan_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PlanKey, 
 /// Most plans kept (a process with more shapes recomputes; still correct).
 const PLAN_CACHE_ENTRIES: usize = 4096;
 
-/// Bumped by [`reload_settings`]: a thread's [`LAST_PLAN`] holds only for the settings it was
+/// Bumped by [`reload_settings`]: a thread's [`LAST_PLANS`] hold only for the settings they were
 /// made under.
 static SETTINGS_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// A plan memo entry: the settings generation, the key, the plan.
+type MemoPlan = Option<(u64, PlanKey, ResolvedPlan)>;
+
 thread_local! {
-    /// The plan of this thread's last call (with its key and settings generation): a model's
-    /// layers call the op with the same shapes one after another, so most calls find their plan
-    /// here, with no lock and no hashing (host cost per call, issue 9).
-    static LAST_PLAN: std::cell::Cell<Option<(u64, PlanKey, ResolvedPlan)>> = const { std::cell::Cell::new(None) };
+    /// The plans of this thread's last two lookups (with their keys and settings generation): a
+    /// model's layers call the op with the same shapes one after another, so most calls find
+    /// their plan here, with no lock and no hashing (host cost per call, issue 9). Two, because
+    /// a torch call looks its plan up twice: for the workspace's size (no limit) and to launch
+    /// (with the workspace as the limit).
+    static LAST_PLANS: std::cell::Cell<[MemoPlan; 2]> = const { std::cell::Cell::new([None, None]) };
 }
 
 /// [`plan_launch`], cached, with its kernels resolved. `module` lives as long as the process
@@ -501,7 +506,8 @@ fn cached_plan(
     let key = PlanKey::new(module, spec, choice, limit);
     // Read before any plan is looked up or made, so a reload meanwhile leaves the memo stale.
     let generation = SETTINGS_GENERATION.load(std::sync::atomic::Ordering::Acquire);
-    if let Some((g, k, plan)) = LAST_PLAN.with(|last| last.get()) {
+    let memo = LAST_PLANS.with(|last| last.get());
+    for (g, k, plan) in memo.into_iter().flatten() {
         if g == generation && k == key {
             return Ok(plan);
         }
@@ -519,7 +525,7 @@ fn cached_plan(
             plan
         }
     };
-    LAST_PLAN.with(|last| last.set(Some((generation, key, plan))));
+    LAST_PLANS.with(|last| last.set([Some((generation, key, plan)), memo[0]]));
     Ok(plan)
 }
 
@@ -1100,8 +1106,8 @@ pub fn workspace_bytes_with(
     }
     let module = kernels.for_device(ordinal)?;
     // Resolved (the kernels looked up) now too, so a launch under stream capture makes no
-    // first-use calls.
-    let resolved = ResolvedPlan::new(&module, spec, plan_launch(&module, spec, choice, None)?)?;
+    // first-use calls; cached, as the torch kernel asks at every call.
+    let resolved = cached_plan(&module, spec, choice, None)?;
     Ok(resolved.plan.scratch_bytes(spec))
 }
 
