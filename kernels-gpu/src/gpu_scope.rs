@@ -43,23 +43,3 @@ pub unsafe fn load_relaxed_f32(src: *const f32) -> f32 {
         crate::gpu_only!("gpu_scope::load_relaxed_f32")
     }
 }
-
-/// Loads four consecutive f32 with one 16-byte `ld.relaxed.gpu` (see [`load_relaxed_f32`]).
-///
-/// # Safety
-/// `src` must be a global address valid for 16 bytes and 16-byte aligned.
-#[inline(always)]
-pub unsafe fn load_relaxed_f32x4(src: *const f32) -> [f32; 4] {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let (a, b, c, d): (f32, f32, f32, f32);
-        core::arch::asm!("ld.relaxed.gpu.global.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a,
-            b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) src, options(readonly, nostack));
-        [a, b, c, d]
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let _ = src;
-        crate::gpu_only!("gpu_scope::load_relaxed_f32x4")
-    }
-}

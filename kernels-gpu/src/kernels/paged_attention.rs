@@ -598,14 +598,14 @@ impl ColumnMerge {
     }
 }
 
-/// Floats at the start of the last-block merge's shared memory: its flag (16 bytes, so that the
-/// log-sum-exps after it keep the partials' area 16-byte aligned).
+/// Floats at the start of the last-block merge's shared memory: its flag, padded to 16 bytes.
 const LAST_BLOCK_FLAG_FLOATS: usize = 4;
 
 /// Splits whose partials one round of the last-block merge stages in `shared_bytes` of shared
-/// memory, for `heads` query heads per block, `splits` splits and `threads` threads: each head's
-/// weight sum and every split's weight of the chunk's heads, then 16 bytes per thread and split. The host takes
-/// the last-block merge only where this is at least 1.
+/// memory, for `heads` query heads per block, `splits` splits and `threads` threads: after the
+/// flag, each head's weight sum and every split's weight of the chunk's heads, then (16-byte
+/// aligned) 16 bytes per thread and split. The host takes the last-block merge only where this is
+/// at least 1.
 pub const fn last_block_merge_round(shared_bytes: u32, heads: u32, splits: u32, threads: u32) -> u32 {
     let fixed = ((LAST_BLOCK_FLAG_FLOATS as u64 + heads as u64 * (splits as u64 + 1)) * 4).next_multiple_of(16);
     if shared_bytes as u64 <= fixed {
