@@ -316,7 +316,8 @@ const DEFAULT_PIPE_MODE: u32 = 1;
 /// Environment variable choosing how split partials in the workspace are merged (splits that run
 /// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
 /// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel, by the block of a
-/// (row, head chunk) counted in last (the other kernels then take the default's merge kernel).
+/// (row, head chunk) counted in last (the other kernels, and the sm_80 image, then take the
+/// default's merge kernel).
 /// Tests run every mode. Mode 3 makes a split call one launch (host cost on an H200 4.56 against
 /// 7.21 µs), but its merge takes longer on the device: 0.3-2.8 µs on the 16-bit split cells,
 /// 4 µs on fp8 1 x 32k (benchmarks/NOTES.md "v15"), so the default keeps the merge kernels.
@@ -943,7 +944,11 @@ fn plan_launch(
     let merge_mode = settings()?.merge_mode;
     let pipelined = kernel == KernelChoice::Pipelined;
     let heads = heads_per_block.min(group);
-    let last_block = |splits| pipelined && last_block_merge_round(shared_bytes, heads, splits, threads) >= 1;
+    let last_block = |splits| {
+        pipelined
+            && module.image.has_last_block_merge()
+            && last_block_merge_round(shared_bytes, heads, splits, threads) >= 1
+    };
     let mut merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits));
     if let Some(bytes) = limit.filter(|_| !cluster) {
         if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
