@@ -675,6 +675,39 @@ struct DirectPlan {
     merge: PartialsMerge,
 }
 
+impl DirectPlan {
+    /// Whether the splits leave partials in the workspace: more than one split, not merged in a
+    /// cluster.
+    fn partials_in_workspace(&self) -> bool {
+        self.splits > 1 && !self.cluster
+    }
+
+    /// The merge kernel that follows the attention kernel, with its dynamic shared memory: the
+    /// loop or the group one for q's dtype; none without partials in the workspace or where the
+    /// attention kernel merges them itself.
+    fn merge_kernel(&self, spec: &PagedAttention) -> Option<(&'static str, u32)> {
+        if !self.partials_in_workspace() {
+            return None;
+        }
+        let (f32_name, f16_name, bf16_name, shared) = match self.merge {
+            PartialsMerge::LoopKernel => ("rpa_combine_f32", "rpa_combine_f16", "rpa_combine_bf16", 0),
+            PartialsMerge::GroupKernel => (
+                "rpa_combine_groups_f32",
+                "rpa_combine_groups_f16",
+                "rpa_combine_groups_bf16",
+                rpa_combine_shared_bytes(),
+            ),
+            PartialsMerge::LastBlock => return None,
+        };
+        let name = match spec.q_dtype {
+            DType::F32 => f32_name,
+            DType::F16 => f16_name,
+            _ => bf16_name,
+        };
+        Some((name, shared))
+    }
+}
+
 /// How a split plan's partials in the workspace are merged ([`MERGE_MODE_ENV_VAR`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PartialsMerge {
@@ -718,9 +751,7 @@ impl LaunchPlan {
             LaunchPlan::Tiled(t) => vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
-                if d.splits > 1 && !d.cluster && d.merge != PartialsMerge::LastBlock {
-                    v.push(combine_kernel(spec, d.merge));
-                }
+                v.extend(d.merge_kernel(spec));
                 v
             }
         }
@@ -1212,11 +1243,11 @@ unsafe fn launch_direct(
     params.pipe_stages = l.stages;
     params.cluster_splits = l.cluster as u32;
     params.pipe_mode = if l.stages > 0 { settings.pipe_mode } else { 0 };
-    let merge_kernel = l.splits > 1 && !l.cluster && l.merge != PartialsMerge::LastBlock;
-    if l.splits > 1 && !l.cluster && l.merge == PartialsMerge::LastBlock {
+    let merge_kernel = l.merge_kernel(spec);
+    if l.partials_in_workspace() && l.merge == PartialsMerge::LastBlock {
         params.merge_tag = next_merge_tag();
     }
-    let (part_o, part_lse) = if l.splits > 1 && !l.cluster {
+    let (part_o, part_lse) = if l.partials_in_workspace() {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
         (scratch, scratch + rows * spec.head_dim as u64 * 4)
     } else {
@@ -1240,12 +1271,11 @@ unsafe fn launch_direct(
         &mut args.pointers(),
         settings.programmatic,
     )?;
-    if !merge_kernel {
+    let Some((_, merge_shared)) = merge_kernel else {
         return Ok(());
-    }
+    };
     let mut args = KernelArgs::new();
     args.push(part_o).push(part_lse).push(bufs.out).push(params);
-    let (_, merge_shared) = combine_kernel(spec, l.merge);
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, spec.num_q_heads, 1),
         block: (RPA_THREADS, 1, 1),
@@ -1268,21 +1298,6 @@ fn next_merge_tag() -> u32 {
             return n.wrapping_mul(0x9e37_79b1);
         }
     }
-}
-
-/// The split-KV merge kernel for q's dtype, the loop or the group one, and its dynamic shared
-/// memory (asked only for the two merge kernels: the last-block merge has none).
-fn combine_kernel(spec: &PagedAttention, merge: PartialsMerge) -> (&'static str, u32) {
-    let loop_merge = merge == PartialsMerge::LoopKernel;
-    let name = match (spec.q_dtype, loop_merge) {
-        (DType::F32, true) => "rpa_combine_f32",
-        (DType::F16, true) => "rpa_combine_f16",
-        (_, true) => "rpa_combine_bf16",
-        (DType::F32, false) => "rpa_combine_groups_f32",
-        (DType::F16, false) => "rpa_combine_groups_f16",
-        (_, false) => "rpa_combine_groups_bf16",
-    };
-    (name, if loop_merge { 0 } else { rpa_combine_shared_bytes() })
 }
 
 /// The tensor map of the KV pool for the warp-specialized kernel's bulk copies: tokens × (2
@@ -1570,24 +1585,9 @@ mod tests {
         assert_eq!(PartialsMerge::for_mode(3, 47, true), PartialsMerge::LastBlock);
         assert_eq!(PartialsMerge::for_mode(3, 47, false), PartialsMerge::GroupKernel);
         // The counters follow the partials: 8 bytes per (row, head chunk), 4 for alignment.
-        // One decode row, 32 q / 8 KV heads, head_dim 128, a 2048-page table.
-        let t = |dtype, dims: &'static [i64]| crate::ops::paged_attention::TensorRef {
-            data: std::ptr::null_mut(),
-            dtype,
-            dims,
-        };
-        let (q, kv): (&[i64], &[i64]) = (&[1, 32, 128], &[2048, 16, 16, 128]);
-        let spec = PagedAttention::from_tensors(
-            &t(DType::BF16, q),
-            &t(DType::BF16, kv),
-            &t(DType::S32, &[1]),
-            &t(DType::S32, &[1, 2048]),
-            &t(DType::S32, &[2]),
-            &t(DType::S32, &[1]),
-            &t(DType::BF16, q),
-            Default::default(),
-        )
-        .unwrap();
+        // One decode row, 32 q / 8 KV heads, head_dim 128.
+        let spec =
+            super::super::tests::check(&[1, 32, 128], &[2048, 16, 16, 128], DType::BF16, Default::default()).unwrap();
         let partials = 47 * bytes_per_split(&spec);
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::GroupKernel), partials);
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::LastBlock), partials + 4 + 8 * 8);

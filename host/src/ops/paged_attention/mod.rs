@@ -303,7 +303,8 @@ mod tests {
         TensorRef { data: std::ptr::null_mut(), dtype, dims }
     }
 
-    fn check(q: &[i64], kv: &[i64], kv_dtype: DType, attrs: Attributes) -> Result<PagedAttention> {
+    /// A bf16 spec of q (and out) shaped `q`, the pool shaped `kv`, 4 sequence slots of 8 pages.
+    pub(super) fn check(q: &[i64], kv: &[i64], kv_dtype: DType, attrs: Attributes) -> Result<PagedAttention> {
         PagedAttention::from_tensors(
             &t(DType::BF16, q),
             &t(kv_dtype, kv),
