@@ -70,6 +70,11 @@ pub struct RpaParams {
     /// taken for a count. 0: a merge kernel or a cluster merges (and always for the other
     /// kernels).
     pub merge_tag: u32,
+    /// Nonzero: the pipelined kernel loads the page-table entries of its first tiles together
+    /// with the row's metadata, on the decode guess (row `t` is sequence `t`, keys from 0), and
+    /// uses them where the resolved block agrees: the first copies leave one round trip sooner.
+    /// 0 for the other kernels.
+    pub table_preload: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

@@ -103,6 +103,15 @@ pub(crate) struct Block {
     pub split_hi: u32,
 }
 
+/// The key split of this block: the highest splits first. Blocks are scheduled in launch order,
+/// and the late splits of a batch exist only for its long sequences, so the longest work starts
+/// first and the short (or empty, exiting at once) blocks fill in behind it instead of trailing it.
+#[inline(always)]
+pub(crate) fn block_split(p: &RpaParams) -> u32 {
+    let splits = p.num_splits.max(1);
+    splits - 1 - block_idx_z().min(splits - 1)
+}
+
 /// Resolves the block's row (sequence, visible keys, split) from the grid position; invalid
 /// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
 #[inline(always)]
@@ -114,10 +123,7 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     let chunk = head_chunk % chunks;
     let h0 = g * group + chunk * heads_per_chunk;
     let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
-    // Highest splits first: blocks are scheduled in launch order, and the late splits of a batch
-    // exist only for its long sequences, so the longest work starts first and the short (or empty,
-    // exiting at once) blocks fill in behind it instead of trailing it.
-    let split = p.num_splits.max(1) - 1 - block_idx_z().min(p.num_splits.max(1) - 1);
+    let split = block_split(p);
     // The row's sequence `i` and its `cu_q_lens[i]`, `cu_q_lens[i + 1]`, `kv_lens[i]`.
     let cu = |i: u32| *ptr.cu_q_lens.add(i as usize);
     // A decode row (row t is sequence t) resolves from loads whose addresses depend on `t` alone,
@@ -126,20 +132,27 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     // `kv_lens`), a large share of a short chain's time. It is taken exactly when
     // `find_sequence` would answer `t` (the same tests on the same values); other rows search.
     // Volatile: plain loads were sunk by LLVM into the branches of the tests, one round trip each.
-    // `num_seqs` is a scalar buffer: loaded once, for both paths.
+    // `num_seqs` is a scalar buffer: loaded once, for both paths. All five loads sit in one basic
+    // block before any use: behind a branch (on `max_num_seqs`) the four row loads waited for
+    // `num_seqs`, whose clamp ptxas placed before that branch: two round trips (SASS,
+    // benchmarks/NOTES.md "v16"). Without a guess (`max_num_seqs` 0) they read in-bounds
+    // stand-ins (`cu_q_lens[0]`) and the row is searched.
     let load = |at: *const i32| core::ptr::read_volatile(at);
-    let num_seqs = clamp_num_seqs(load(ptr.num_seqs), p.max_num_seqs);
-    let decode_row = if p.max_num_seqs > 0 {
-        let guess = t.min(p.max_num_seqs - 1); // in bounds whatever t is
-        let (cu0, lo, hi) =
-            (load(ptr.cu_q_lens), load(ptr.cu_q_lens.add(guess as usize)), load(ptr.cu_q_lens.add(guess as usize + 1)));
-        let kv_len = load(ptr.kv_lens.add(guess as usize));
-        let ti = t as i32;
-        let found = guess == t && t < num_seqs && cu0 <= ti && lo <= ti && ti < hi;
-        found.then_some((t, lo, hi, kv_len))
-    } else {
-        None
-    };
+    let guessing = p.max_num_seqs > 0;
+    let guess = t.min(p.max_num_seqs.saturating_sub(1)); // in bounds whatever t is, when guessing
+    let kv_len_at = if guessing { ptr.kv_lens.add(guess as usize) } else { ptr.cu_q_lens };
+    let next = guess as usize + guessing as usize;
+    let (raw_num_seqs, cu0, lo, hi, kv_len) = (
+        load(ptr.num_seqs),
+        load(ptr.cu_q_lens),
+        load(ptr.cu_q_lens.add(guess as usize)),
+        load(ptr.cu_q_lens.add(next)),
+        load(kv_len_at),
+    );
+    let num_seqs = clamp_num_seqs(raw_num_seqs, p.max_num_seqs);
+    let ti = t as i32;
+    let found = guessing && guess == t && t < num_seqs && cu0 <= ti && lo <= ti && ti < hi;
+    let decode_row = found.then_some((t, lo, hi, kv_len));
     let row = decode_row
         .or_else(|| find_sequence(t as i32, num_seqs, cu).map(|i| (i, cu(i), cu(i + 1), *ptr.kv_lens.add(i as usize))));
     let (window, seq_idx) = match row {

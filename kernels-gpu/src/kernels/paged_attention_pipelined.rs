@@ -40,10 +40,12 @@ use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
-use crate::thread::{sync_threads, thread_idx_x};
+use crate::thread::{block_idx_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
-use super::paged_attention::{attention_kernels, merge_warps_and_store, resolve_block, RpaPointers, WarpStates};
+use super::paged_attention::{
+    attention_kernels, block_split, merge_warps_and_store, resolve_block, RpaPointers, WarpStates,
+};
 use super::paged_attention_mma::{
     load_q_fragments, mask_logits, online_softmax_step, store_warp_state, LogitScale, WarpRows, MMA_HEADS_PER_BLOCK,
 };
@@ -198,6 +200,63 @@ fn chunk_swizzle(row: u32, row_chunks: u32) -> u32 {
     }
 }
 
+/// Tiles of a split whose page-table entry (each thread's first token's) [`TablePreload`] loads.
+const PRELOAD_TILES: usize = 2;
+
+/// Page-table entries of a thread's first token in the first [`PRELOAD_TILES`] tiles of its
+/// split, loaded before the block's row is resolved (`RpaParams::table_preload`), on the decode
+/// fast path's guess: row `t` is sequence `t` and its visible keys start at 0 (no sliding window
+/// cuts them). Resolving the row is a round trip to memory (`resolve_block`), and the entries'
+/// addresses otherwise depend on it; loaded together, the first tiles' copies leave one round
+/// trip sooner, a share of the short decode chains' time. The kernel uses them only where the
+/// resolved block's table row and split start are the guess's; every load stays in bounds
+/// whatever the metadata (a clamped row, slots below `pages_per_seq`).
+struct TablePreload {
+    on: bool,
+    /// The guessed sequence's page-table row and this block's split start under the guess.
+    table: *const i32,
+    split_lo: u32,
+    entries: [i32; PRELOAD_TILES],
+}
+
+impl TablePreload {
+    /// # Safety
+    /// `ptr.page_indices` holds `p.max_num_seqs * p.pages_per_seq` entries; this thread's first
+    /// token is `token0` of each `tile`-key tile.
+    #[inline(always)]
+    unsafe fn load<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, pages: &FastDiv, tile: u32, token0: u32) -> Self {
+        let mut pre = TablePreload { on: false, table: ptr.page_indices, split_lo: 0, entries: [-1; PRELOAD_TILES] };
+        if p.table_preload == 0 || p.max_num_seqs == 0 {
+            return pre;
+        }
+        let row = block_idx_x().min(p.max_num_seqs - 1);
+        pre.on = true;
+        pre.table = ptr.page_indices.add(row as usize * p.pages_per_seq as usize);
+        pre.split_lo = block_split(p).saturating_mul(p.split_len);
+        unroll::<PRELOAD_TILES>(|k| {
+            let slot = pages.div(pre.split_lo.saturating_add(k as u32 * tile + token0));
+            if slot < p.pages_per_seq {
+                // Volatile, as the row's own loads in `resolve_block`: issued here, not sunk to
+                // their first use after the row resolves.
+                pre.entries[k] = core::ptr::read_volatile(pre.table.add(slot as usize));
+            }
+        });
+        pre
+    }
+
+    /// The preloaded entry of tile `i`, if it is among the preloaded tiles.
+    #[inline(always)]
+    fn entry(&self, i: u32) -> Option<i32> {
+        let mut e = None;
+        unroll::<PRELOAD_TILES>(|k| {
+            if i == k as u32 {
+                e = Some(self.entries[k]);
+            }
+        });
+        e
+    }
+}
+
 /// q's A fragments as operands of type `M`, and the factor they were scaled by (divide it out of
 /// the logits). Unchanged (factor 1) when `M` is q's type. bf16 q for f16 operands (fp8 KV) is
 /// scaled by the power of two that puts the block's largest `|q|` in `[2^14, 2^15)`: every bf16
@@ -332,8 +391,16 @@ unsafe fn rpa_pipelined_on<
             sync_named_id(1 + key_group, WARP_SIZE * DSPLIT as u32);
         }
     };
+    // `per_token` threads share a token of a tile's copies: `part0` is this thread's first chunk
+    // of its tokens' K-then-V spans, `token0` its first token's offset in a tile.
+    let part0 = copier % per_token;
+    let token0 = first_token + copier / per_token;
+    let pages = FastDiv::new(p.page_size);
+    let preload = TablePreload::load(&ptr, &p, &pages, tile, token0);
     let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
     let (split_lo, split_hi) = (blk.split_lo, blk.split_hi);
+    // The preloaded entries are this block's where its row and split start are the guess's.
+    let preloaded = preload.on && blk.page_table == preload.table && split_lo == preload.split_lo;
     let qa = if fp8 {
         load_q_fragments::<Q, KV, KSTEPS, true>(&ptr, &p, &blk)
     } else {
@@ -346,7 +413,6 @@ unsafe fn rpa_pipelined_on<
     let token_stride = 2 * p.num_kv_heads as usize * D * kv_bytes as usize; // bytes per token of the pool
     let head_offset = 2 * blk.g as usize * D * kv_bytes as usize;
     // Page-table entry of key j, when j is inside the split and its page inside the pool.
-    let pages = FastDiv::new(p.page_size);
     let page_of = |j: u32| -> Option<(i32, u32)> {
         if j >= split_hi {
             return None;
@@ -363,14 +429,11 @@ unsafe fn rpa_pipelined_on<
     // Copies tile `i` of the split into stage `slot` (= i % stages; one commit group per tile).
     // `per_token` threads share a token: thread r of them copies chunks r, r + per_token, ... of
     // its K-then-V span: each warp instruction reads four tokens' whole 128-byte pieces, and a
-    // thread loads a page-table entry per page it touches. Rows are stored swizzled for ldmatrix
-    // (`swizzled_chunk`). `part0`: this thread's first chunk of its tokens' spans; `token0`: its
-    // first token's offset in a tile.
-    let part0 = copier % per_token;
-    let token0 = first_token + copier / per_token;
+    // thread loads a page-table entry per page it touches (its first token's comes preloaded
+    // where `first_entry` is Some). Rows are stored swizzled for ldmatrix (`swizzled_chunk`).
     // Inlined at each of its four call sites below (a closure called four times became a call).
     let issue_with = #[inline(always)]
-    |i: u32, slot: u32, hint: CopyHint| {
+    |i: u32, slot: u32, hint: CopyHint, first_entry: Option<i32>| {
         let stage_base = smem_base + slot * stage_bytes;
         let tile_base = split_lo + i * tile;
         // This thread's tokens of the tile are `tokens_per_pass` apart: one division, for the
@@ -385,7 +448,10 @@ unsafe fn rpa_pipelined_on<
             }
         };
         let (mut table_slot, mut in_page) = pages.div_rem(tile_base + token0);
-        let mut page = entry(table_slot);
+        let mut page = match first_entry {
+            Some(page) => page,
+            None => entry(table_slot),
+        };
         let mut page_ok = page_is_valid(page, p.total_pages);
         // Wrapping: the address is formed before the page's validity is known (and used only when
         // it is valid), so it may point anywhere meanwhile.
@@ -455,11 +521,11 @@ unsafe fn rpa_pipelined_on<
     // behind branches (seen in the tile kernel's SASS, benchmarks/NOTES.md "v4").
     let evict_first = if p.copy_hint & 2 != 0 { evict_first_policy() } else { 0 };
     let issue = #[inline(always)]
-    |i: u32, slot: u32| match p.copy_hint & 3 {
-        1 => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: None }),
-        0 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: None }),
-        2 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }),
-        _ => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }),
+    |i: u32, slot: u32, first_entry: Option<i32>| match p.copy_hint & 3 {
+        1 => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: None }, first_entry),
+        0 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: None }, first_entry),
+        2 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }, first_entry),
+        _ => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }, first_entry),
     };
 
     let mut o = [[0.0f32; 4]; NTILES];
@@ -484,7 +550,7 @@ unsafe fn rpa_pipelined_on<
 
     for i in 0..stages - 1 {
         if i < num_tiles {
-            issue(i, i);
+            issue(i, i, if preloaded { preload.entry(i) } else { None });
         } else {
             commit_group();
         }
@@ -511,7 +577,7 @@ unsafe fn rpa_pipelined_on<
         wait_group_dyn(stages - 2);
         sync_copies();
         if i + stages - 1 < num_tiles {
-            issue(i + stages - 1, if slot == 0 { stages - 1 } else { slot - 1 });
+            issue(i + stages - 1, if slot == 0 { stages - 1 } else { slot - 1 }, None);
         } else {
             commit_group();
         }

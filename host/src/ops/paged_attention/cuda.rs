@@ -323,6 +323,11 @@ const DEFAULT_PIPE_MODE: u32 = 1;
 /// 4 µs on fp8 1 x 32k (benchmarks/NOTES.md "v15"), so the default keeps the merge kernels.
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
+/// Environment variable switching the pipelined kernel's page-table preload off (`0`) or on (`1`,
+/// the default; `RpaParams::table_preload`): the entries of a block's first tiles load together
+/// with its row's metadata on the decode guess, instead of one round trip after it.
+pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
+
 /// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
 /// splits 0.4-0.6 µs faster than the group kernel (4 x 512 10.2 against 10.8 µs), and the cells
 /// of 32 and 47 splits 1.5-1.8 µs slower (1 x 8k 15.4 against 13.9, 1 x 32k 42.3 against
@@ -356,6 +361,8 @@ pub struct LaunchSettings {
     pub pipe_mode: u32,
     /// [`MERGE_MODE_ENV_VAR`].
     pub merge_mode: u32,
+    /// [`TABLE_PRELOAD_ENV_VAR`].
+    pub table_preload: bool,
 }
 
 /// The settings, read once; `None` until first read.
@@ -372,8 +379,9 @@ fn settings() -> Result<LaunchSettings> {
 /// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
-/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`] and [`MERGE_MODE_ENV_VAR`] (benchmarks switch
-/// kernels in one process: set the variables, then call this, or `xgk_reload_settings` from C).
+/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`] and
+/// [`TABLE_PRELOAD_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
+/// call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
     let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
@@ -396,6 +404,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
+        table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -1243,6 +1252,7 @@ unsafe fn launch_direct(
     params.pipe_stages = l.stages;
     params.cluster_splits = l.cluster as u32;
     params.pipe_mode = if l.stages > 0 { settings.pipe_mode } else { 0 };
+    params.table_preload = (l.stages > 0 && settings.table_preload) as u32;
     let merge_kernel = l.merge_kernel(spec);
     if l.partials_in_workspace() && l.merge == PartialsMerge::LastBlock {
         params.merge_tag = next_merge_tag();

@@ -269,6 +269,7 @@ impl PagedAttention {
             cluster_splits: 0,
             pipe_mode: 0,
             merge_tag: 0,
+            table_preload: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
