@@ -383,7 +383,7 @@ def from_jax(x):
 # Variant options after the kernel's name: prefix -> the library's environment variable. Every
 # variable is set on each selection (unset options empty: the library's default).
 VARIANT_OPTIONS = {
-    "h": "XGK_RPA_COPY_HINT",          # L2 copy hints (bit 0 prefetch, bit 1 evict-first)
+    "h": "XGK_RPA_COPY_HINT",          # L2 copy hint: 1 a 256-byte prefetch, 0 none
     "ms": "XGK_RPA_MIN_SPLIT_TILES",   # fewest pipeline tiles per key split
     "mc": "XGK_RPA_MERGE_COST_KEYS",   # the split model's merge cost in keys
     "pp": "XGK_WS_SCHEDULE",           # warp-specialized consumers: 0 free, 1 ping-pong

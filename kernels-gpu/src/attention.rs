@@ -38,8 +38,8 @@ pub struct RpaParams {
     pub include_masked: u32,
     /// 1 = K/V are multiplied by `k_scale`/`v_scale` and rounded to q's dtype.
     pub kv_scaled: u32,
-    /// L2 hints of the pipelined kernel's K/V copies: bit 0 = prefetch 256 bytes, bit 1 =
-    /// evict-first policy (0 for the other kernels, whose copies take fixed hints).
+    /// L2 hint of the pipelined kernel's K/V copies: 1 = prefetch 256 bytes (0 for the other
+    /// kernels, whose copies take fixed hints).
     pub copy_hint: u32,
     /// Query rows per tile of the tiled kernel (`64 / GQA group`); 0 for the other kernels.
     pub tile_rows: u32,

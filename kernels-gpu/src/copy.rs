@@ -12,25 +12,6 @@
 pub struct CopyHint {
     /// Prefetch the surrounding 256 bytes into L2 (`.L2::256B`).
     pub prefetch_256: bool,
-    /// An `evict_first` L2 policy (from [`evict_first_policy`]): streamed data leaves L2 first.
-    pub evict_first: Option<u64>,
-}
-
-/// An L2 cache policy that evicts the lines it covers first (`createpolicy ... evict_first`).
-#[inline(always)]
-pub fn evict_first_policy() -> u64 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let policy: u64;
-        // SAFETY: creates a policy value; touches no memory.
-        unsafe {
-            core::arch::asm!("createpolicy.fractional.L2::evict_first.b64 {}, 1.0;", out(reg64) policy,
-                options(pure, nomem, nostack))
-        };
-        policy
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    crate::gpu_only!("evict_first_policy")
 }
 
 /// Copies 16 bytes from global `src` to the shared-memory address `dst` (cached in L2 only), or
@@ -56,18 +37,11 @@ pub unsafe fn cp_async_16(dst: u32, src: *const u8, valid: bool, hint: CopyHint)
                     "cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, ignore;\n}}"),
                     dst = in(reg32) dst, src = in(reg64) src, valid = in(reg32) valid, options(nostack))
             };
-            ($suffix:literal, $policy:expr) => {
-                core::arch::asm!(concat!("{{\n.reg .pred ignore;\nsetp.eq.u32 ignore, {valid}, 0;\n",
-                    "cp.async.cg.shared.global", $suffix, " [{dst}], [{src}], 16, ignore, {p};\n}}"),
-                    dst = in(reg32) dst, src = in(reg64) src, valid = in(reg32) valid, p = in(reg64) $policy,
-                    options(nostack))
-            };
         }
-        match (hint.prefetch_256, hint.evict_first) {
-            (false, None) => copy!(""),
-            (true, None) => copy!(".L2::256B"),
-            (false, Some(policy)) => copy!(".L2::cache_hint", policy),
-            (true, Some(policy)) => copy!(".L2::cache_hint.L2::256B", policy),
+        if hint.prefetch_256 {
+            copy!(".L2::256B")
+        } else {
+            copy!("")
         }
     }
     #[cfg(not(target_arch = "nvptx64"))]

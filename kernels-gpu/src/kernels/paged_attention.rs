@@ -776,7 +776,7 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
             let column = ptr.part_o.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR);
             for k in 0..round.min(splits - s0) {
                 let src = column.add((s0 + k) * rows_per_split * d) as *const u8;
-                cp_async_16(shared_address(slot(k)), src, true, CopyHint { prefetch_256: false, evict_first: None });
+                cp_async_16(shared_address(slot(k)), src, true, CopyHint { prefetch_256: false });
             }
         }
         commit_group();

@@ -34,7 +34,7 @@
 
 use crate::attention::{page_is_valid, RpaParams};
 use crate::barrier::sync_named_id;
-use crate::copy::{commit_group, cp_async_16, evict_first_policy, wait_all, wait_group_dyn, CopyHint};
+use crate::copy::{commit_group, cp_async_16, wait_all, wait_group_dyn, CopyHint};
 use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
@@ -517,15 +517,15 @@ unsafe fn rpa_pipelined_on<
         commit_group();
     };
     // The L2 hint (`RpaParams::copy_hint`) is chosen once per tile and each arm's copies are
-    // compiled with a constant hint: a hint decided per copy made ptxas emit every copy four ways
-    // behind branches (seen in the tile kernel's SASS, benchmarks/NOTES.md "v4").
-    let evict_first = if p.copy_hint & 2 != 0 { evict_first_policy() } else { 0 };
+    // compiled with a constant hint: a hint decided per copy made ptxas emit every copy several
+    // ways behind branches (seen in the tile kernel's SASS, benchmarks/NOTES.md "v4").
     let issue = #[inline(always)]
-    |i: u32, slot: u32, first_entry: Option<i32>| match p.copy_hint & 3 {
-        1 => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: None }, first_entry),
-        0 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: None }, first_entry),
-        2 => issue_with(i, slot, CopyHint { prefetch_256: false, evict_first: Some(evict_first) }, first_entry),
-        _ => issue_with(i, slot, CopyHint { prefetch_256: true, evict_first: Some(evict_first) }, first_entry),
+    |i: u32, slot: u32, first_entry: Option<i32>| {
+        if p.copy_hint & 1 != 0 {
+            issue_with(i, slot, CopyHint { prefetch_256: true }, first_entry)
+        } else {
+            issue_with(i, slot, CopyHint { prefetch_256: false }, first_entry)
+        }
     };
 
     let mut o = [[0.0f32; 4]; NTILES];

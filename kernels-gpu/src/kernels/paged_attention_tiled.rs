@@ -443,7 +443,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     // A fixed L2 hint (`RpaParams::copy_hint` tunes the decode kernels): a runtime choice made
     // ptxas emit every copy four ways behind branches. K/V tiles are read again by the sequence's
     // other query tiles, so no evict-first policy.
-    let hint = CopyHint { prefetch_256: true, evict_first: None };
+    let hint = CopyHint { prefetch_256: true };
     // Tile i into stage i % TILE_STAGES: four threads per token, K then V rows, permuted chunks;
     // `pages` from `copy_pages(i)`.
     let issue = |i: u32, pages: [i32; 2]| {
@@ -509,7 +509,7 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let q_tile = smem_base + TILE_STAGES * stage_bytes;
     let q_desc0 = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
     if WG {
-        let no_hint = CopyHint { prefetch_256: false, evict_first: None };
+        let no_hint = CopyHint { prefetch_256: false };
         let chunks = TILE_M * row_chunks;
         let mut c = tid;
         while c < chunks {

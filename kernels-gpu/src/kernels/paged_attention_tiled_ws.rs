@@ -398,7 +398,7 @@ unsafe fn load_q_item<Q, const D: usize>(
     let group = p.num_q_heads / p.num_kv_heads;
     let nq = p.num_q_heads as usize;
     let row_chunks = D as u32 / 8;
-    let no_hint = CopyHint { prefetch_256: false, evict_first: None };
+    let no_hint = CopyHint { prefetch_256: false };
     barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
     let mut c = loader;
     while c < 2 * CONSUMER_M * row_chunks {

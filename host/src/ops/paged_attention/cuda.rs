@@ -226,16 +226,15 @@ impl KernelChoice {
     }
 }
 
-/// L2 hints of the pipelined kernel's copies: bit 0 prefetches the surrounding 256 bytes into L2,
-/// bit 1 adds an evict-first policy (no measurable effect). None by default: with whole 128-byte
-/// lines per warp instruction the prefetch only adds L2 work, 3-6 % slower on every
-/// bandwidth-bound H200 cell (benchmarks/NOTES.md "v9"; it had paid 2-4 % on an H100 when the
-/// copies read half lines). `XGK_RPA_COPY_HINT` overrides the default, for measuring side by side.
+/// Environment variable choosing the L2 hint of the pipelined kernel's copies: `1` prefetches the
+/// surrounding 256 bytes into L2, `0` (the default) none: with whole 128-byte lines per warp
+/// instruction the prefetch only adds L2 work, 3-6 % slower on every bandwidth-bound H200 cell
+/// (benchmarks/NOTES.md "v9"; it had paid 2-4 % on an H100 when the copies read half lines).
+/// (An evict-first policy, bit 1 until session 16, measured nothing on an H100 and stopped the
+/// kernel with an illegal instruction on an H200: removed, NOTES "v16".)
+pub const COPY_HINT_ENV_VAR: &str = "XGK_RPA_COPY_HINT";
+/// Default of [`COPY_HINT_ENV_VAR`].
 const DEFAULT_COPY_HINT: u32 = 0;
-
-fn copy_hint_from_env() -> u32 {
-    std::env::var("XGK_RPA_COPY_HINT").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_COPY_HINT) & 3
-}
 
 /// Environment variable switching programmatic dependent launch off (`0`) or on (`1`, the
 /// default): where the loaded image has the grid-dependency instructions (sm_90a) and the driver
@@ -339,7 +338,7 @@ pub const LOOP_MERGE_MAX_SPLITS: u32 = 16;
 pub struct LaunchSettings {
     /// [`KERNEL_ENV_VAR`].
     pub choice: KernelChoice,
-    /// `XGK_RPA_COPY_HINT`.
+    /// [`COPY_HINT_ENV_VAR`].
     pub copy_hint: u32,
     /// [`PROGRAMMATIC_LAUNCH_ENV_VAR`].
     pub programmatic: bool,
@@ -376,7 +375,7 @@ fn settings() -> Result<LaunchSettings> {
     reload_settings()
 }
 
-/// Re-reads [`KERNEL_ENV_VAR`], `XGK_RPA_COPY_HINT`, [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
+/// Re-reads [`KERNEL_ENV_VAR`], [`COPY_HINT_ENV_VAR`], [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
 /// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`] and
@@ -388,7 +387,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
     *guard = None;
     let s = LaunchSettings {
         choice: KernelChoice::from_env()?,
-        copy_hint: copy_hint_from_env(),
+        copy_hint: bounded_from_env(COPY_HINT_ENV_VAR, DEFAULT_COPY_HINT, 0..=1)?,
         programmatic: programmatic_from_env()?,
         min_split_tiles: bounded_from_env(MIN_SPLIT_TILES_ENV_VAR, DEFAULT_MIN_SPLIT_TILES, 1..=64)?,
         merge_cost_keys: bounded_from_env(MERGE_COST_KEYS_ENV_VAR, DEFAULT_MERGE_COST_KEYS, 0..=65536)?,
