@@ -82,6 +82,23 @@ pub fn tanh(x: f32) -> f32 {
     t.copysign(x)
 }
 
+/// `x`, through an instruction the compiler cannot see into: it cannot replace the value by
+/// what it knows of its uses (see `LogitScale::for_decode`).
+#[inline(always)]
+pub fn opaque_f32(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: f32;
+        // SAFETY: a register move.
+        unsafe { core::arch::asm!("mov.b32 {}, {};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack)) };
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x
+    }
+}
+
 /// 1/x by `rcp.approx.ftz.f32` (max error about 1 ulp; no division slow path).
 #[inline(always)]
 pub fn rcp_approx(x: f32) -> f32 {

@@ -13,7 +13,7 @@
 //! kernel.
 
 use crate::attention::{RowWindow, RpaParams};
-use crate::math::{exp2_approx, fma_f32, max_f32, tanh_fast, LOG2_E};
+use crate::math::{exp2_approx, fma_f32, max_f32, opaque_f32, tanh_fast, LOG2_E};
 use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
@@ -354,18 +354,48 @@ pub(crate) struct LogitScale {
 impl LogitScale {
     /// `fold`: keep logits raw where the contract allows (see above).
     pub(crate) fn new(p: &RpaParams, fold: bool) -> Self {
+        Self::build(p, fold, false)
+    }
+
+    /// [`LogitScale::new`] with `fold`, for the pipelined decode kernel, whose short chains pay
+    /// for every instruction-cache miss: without the IEEE division of 0 (or of an infinity) by
+    /// which `new` forms the raw mask where masked keys do not count. Such a division is not on
+    /// the fast path, and its slow path, a call to far code, missed the instruction cache in
+    /// every warp (ncu: ~19 % of the 1 x 2k kernel's stall samples, benchmarks/NOTES.md "v16").
+    /// (`new` keeps its division: the same change left the warp-specialized head_dim-256 tile
+    /// kernel, at the edge of its registers, with spills.)
+    pub(crate) fn for_decode(p: &RpaParams) -> Self {
+        Self::build(p, true, true)
+    }
+
+    #[inline(always)]
+    fn build(p: &RpaParams, fold: bool, no_special_division: bool) -> Self {
         let cap = if p.soft_cap != 0.0 { p.soft_cap } else { 1.0 };
         let scale_log2 = p.sm_scale * LOG2_E;
         // Only used when masked keys count (mask_value > -1e30: no overflow in log2 units).
-        let mask_log2 = if p.include_masked != 0 { p.mask_value * LOG2_E } else { 0.0 };
-        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0 && (mask_log2 / scale_log2).is_finite();
+        let masked = p.include_masked != 0;
+        let mask_log2 = if masked { p.mask_value * LOG2_E } else { 0.0 };
+        let mask_raw = if no_special_division {
+            // LLVM computes the division whatever the branches say, and a select of its
+            // dividend it folds into `mask_log2` (the quotient is used only where masked): the
+            // dividend is chosen where it cannot see (`scale_log2 / scale_log2` otherwise).
+            let dividend = opaque_f32(if masked { mask_log2 } else { scale_log2 });
+            if masked {
+                dividend / scale_log2
+            } else {
+                0.0
+            }
+        } else {
+            mask_log2 / scale_log2
+        };
+        let raw = fold && p.soft_cap == 0.0 && scale_log2 > 0.0 && mask_raw.is_finite();
         LogitScale {
             scale_log2,
             scale_over_cap: p.sm_scale / cap,
             cap_log2: cap * LOG2_E,
             raw,
             exp_scale: if raw { scale_log2 } else { 1.0 },
-            mask_add: if raw { mask_log2 / scale_log2 } else { mask_log2 },
+            mask_add: if raw { mask_raw } else { mask_log2 },
         }
     }
 

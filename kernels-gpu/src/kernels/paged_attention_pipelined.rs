@@ -563,7 +563,7 @@ unsafe fn rpa_pipelined_on<
     // (no soft cap, a positive scale): one fma per weight instead of a multiply per logit, and
     // tiles inside the row's window with every key present skip the mask. The factor q was
     // scaled by leaves the logits exactly (a power of two).
-    let logit = LogitScale::new(&RpaParams { sm_scale: p.sm_scale / q_factor, ..p }, true);
+    let logit = LogitScale::for_decode(&RpaParams { sm_scale: p.sm_scale / q_factor, ..p });
     // Every M row of the block is query row `t` (one head each): one window for all.
     let rows = WarpRows { win: [blk.window; 2], all_first: blk.window.first, all_end: blk.window.end };
     // Rows g + 8 (heads 8-15 of the chunk) exist only for GQA groups above 8.
