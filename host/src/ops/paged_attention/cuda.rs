@@ -144,10 +144,7 @@ pub fn choose_splits_by_waves(
         .collect();
     let cheapest = candidates.iter().map(|c| c.0).min().unwrap_or(0);
     let limit = cheapest + cheapest * SPLIT_COST_SLACK_PERCENT / 100;
-    candidates.iter().filter(|c| c.0 <= limit).max_by_key(|c| c.1.splits).map_or(
-        PipelinedSplits { splits: 1, split_len: max_keys.next_multiple_of(PIPE_TILE_KEYS), cluster: false },
-        |c| c.1,
-    )
+    candidates.iter().filter(|c| c.0 <= limit).max_by_key(|c| c.1.splits).map_or(whole_rows(max_keys), |c| c.1)
 }
 
 /// How much slower (by the model) a split count may be than the cheapest and still be preferred
@@ -957,8 +954,14 @@ fn plan_launch(
         let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
         if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
-            if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
-                let s2 = plan_pipelined_splits(module, &settings, name, threads, two, blocks_per_split, max_keys)?.0;
+            let two_blocks = module.resident_blocks(name, threads, two)?;
+            if two_blocks > module.resident_blocks(name, threads, shared_bytes)? {
+                let slots = two_blocks as u64 * module.multiprocessors as u64;
+                let s2 = if unsplit_grid_is_long(blocks_per_split, slots) {
+                    whole_rows(max_keys)
+                } else {
+                    plan_pipelined_splits(module, &settings, name, threads, two, blocks_per_split, max_keys)?.0
+                };
                 if long_grid_takes_two_stages(s.splits, waves, s2.splits) {
                     (stages, shared_bytes, s) = (2, two, s2);
                 }
@@ -1027,9 +1030,25 @@ const LONG_GRID_WAVES: u64 = 4;
 /// 1 %, G3 64 x 8k 2.5 %, the uneven batches 9-11 %, and 5-45 % slower on grids of one to two
 /// waves), and not where the default plan needs no merge and the two-stage one would split: the
 /// merge kernel and the partials' round trip through memory then cost more than the residency
-/// gains (256 x 2k: 2 % slower, 128 x 2k 6 %).
+/// gains (256 x 2k: 2 % slower, 128 x 2k 6 %). Where rows stay whole at two stages' residency
+/// too ([`unsplit_grid_is_long`]), `two_stage_splits` is 1 and the grid takes them.
 pub fn long_grid_takes_two_stages(splits: u32, waves: u64, two_stage_splits: u32) -> bool {
     waves >= LONG_GRID_WAVES && (splits > 1 || two_stage_splits == 1)
+}
+
+/// Whether a grid of `blocks_per_split` blocks (one split per row) already spans
+/// [`LONG_GRID_WAVES`] waves of `slots` resident blocks. Splitting it then buys only a shorter
+/// last wave, and costs the merge kernel and the partials' round trip through memory for every
+/// row: on an H200, 256 x 8k ran 1925.8 µs with two stages and whole rows against 1975.7 with
+/// the split model's plan (benchmarks/NOTES.md "v16"; the model rounds each wave up, a partial
+/// last wave counting as a full one).
+pub fn unsplit_grid_is_long(blocks_per_split: u64, slots: u64) -> bool {
+    blocks_per_split >= LONG_GRID_WAVES * slots.max(1)
+}
+
+/// One split per row: whole rows, in whole pipeline tiles.
+fn whole_rows(max_keys: u32) -> PipelinedSplits {
+    PipelinedSplits { splits: 1, split_len: max_keys.max(1).next_multiple_of(PIPE_TILE_KEYS), cluster: false }
 }
 
 /// Stages of the fp8 pipelined kernel where the plan at this depth leaves its rows whole (one
@@ -1540,20 +1559,25 @@ mod tests {
                 (s.splits, (rows * heads * s.splits as u64).div_ceil(slots))
             };
             let ((splits, waves), (two_splits, _)) = (plan(2), plan(3));
-            long_grid_takes_two_stages(splits, waves, two_splits)
+            // As `plan_launch`: a grid long enough unsplit keeps its rows whole.
+            let two_splits = if unsplit_grid_is_long(rows * heads, 3 * sms) { 1 } else { two_splits };
+            (long_grid_takes_two_stages(splits, waves, two_splits), two_splits)
         };
-        // Measured faster with two stages: 256 x 512 (one split either way), 256 x 8k and 64 x
-        // 32k (split either way).
-        assert!(take(256, 512) && take(256, 8192) && take(64, 32768));
+        // Measured faster with two stages: 256 x 512 (one split either way), 256 x 8k (whole
+        // rows: 1925.8 against 1975.7 µs split, NOTES v16) and 64 x 32k (split either way).
+        assert_eq!(take(256, 512), (true, 1));
+        assert_eq!(take(256, 8192), (true, 1));
+        assert!(take(64, 32768).0 && take(64, 32768).1 > 1);
         // The uneven B64 batch of lengths up to 16k (planned as 64 x 16k: two splits, four waves).
-        assert!(take(64, 16384));
-        // Measured slower: 256 x 2k and 128 x 2k (the two-stage plan would add a merge), and the
-        // short grids.
-        assert!(!take(256, 2048) && !take(128, 2048));
+        assert!(take(64, 16384).0);
+        // 256 x 2k: whole rows with two stages (as fast as three stages, 495.9 against 496.8 µs;
+        // with the split model's two-stage plan 2 % slower, v10). 128 x 2k (six percent slower
+        // with the two-stage plan's merge) and the short grids keep the default.
+        assert_eq!(take(256, 2048), (true, 1));
         for (rows, keys) in
             [(64, 512), (64, 2048), (64, 8192), (128, 2048), (32, 4096), (16, 8192), (4, 32768), (1, 32768)]
         {
-            assert!(!take(rows, keys), "{rows} x {keys}");
+            assert!(!take(rows, keys).0, "{rows} x {keys}");
         }
     }
 
