@@ -431,7 +431,7 @@ unsafe fn rpa_pipelined_on<
     // its K-then-V span: each warp instruction reads four tokens' whole 128-byte pieces, and a
     // thread loads a page-table entry per page it touches (its first token's comes preloaded
     // where `first_entry` is Some). Rows are stored swizzled for ldmatrix (`swizzled_chunk`).
-    // Inlined at each of its four call sites below (a closure called four times became a call).
+    // Inlined at each of its call sites below (a closure called from several became a call).
     let issue_with = #[inline(always)]
     |i: u32, slot: u32, hint: CopyHint, first_entry: Option<i32>| {
         let stage_base = smem_base + slot * stage_bytes;
