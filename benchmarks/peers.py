@@ -16,7 +16,10 @@ call is so long that 10 would take over 2 s), medians with p10/p90. The KV pool 
 512 MiB (far above L2) with pages handed out in random order; inputs are uniform random, never
 zeros. The copy bandwidth is measured in the same run; each case reports its fewest bytes
 (`2·Σvisible_kv·kv_heads·dim·sizeof(kv) + tokens·q_heads·dim·(sizeof(q)+sizeof(out))`) over the
-time, and causal TFLOP/s (`4·q_heads·dim·Σ visible keys per row`).
+time, and causal TFLOP/s (`4·q_heads·dim·Σ visible keys per row`). With `--cold-l2` every timed
+call is eager and finds the L2 cold (a read of twice its size before each, then a spin kernel that
+hides the host's cost per call), for every implementation alike; the default replays the same
+call, whose small cells then find their KV in L2 after the first.
 
     python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|all [--geometry G1..G4]
         [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
@@ -63,6 +66,13 @@ CHECK_SEQS, CHECK_ROWS = 4, 256  # reference: sampled sequences a case, rows a s
 ROUND_BUDGET_US = 2e6  # a round of one implementation aims at no more than this
 GRAPH_CALLS = 10
 USE_GRAPHS = True
+# --cold-l2: every timed call finds the L2 cold (time_cold), as in a model whose layers each read
+# their own KV; warm (the default) replays the same call, whose small cells then read an L2-resident
+# KV after the first.
+COLD_L2 = False
+# Cycles of the spin kernel before each cold call (~200 µs at H100/H200 clocks): longer than any
+# implementation's host cost per call, so the call is enqueued before the GPU reaches it.
+COLD_SPIN_CYCLES = 400_000
 # Also record each torch implementation's device busy time per call (profiler; --no-kernel-time).
 KERNEL_TIME = True
 MIX_WAYS = ("flashinfer-all", "flashinfer-split")  # mixed batches: one prefill wrapper; prefill + decode wrappers
@@ -282,6 +292,31 @@ def time_cuda(fn, warmup=5, iters=30):
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
+_L2_FLUSH = []
+
+
+def time_cold(fn, iters=30):
+    """Per-call CUDA-event times in µs of eager calls that each find the L2 cold: before each, a
+    read of a buffer twice the L2's size (its lines are left clean: no write-backs during the call)
+    and a spin kernel long enough that the host has enqueued the call before the GPU reaches it,
+    so no implementation's host cost shows (eager or not, alike)."""
+    if not _L2_FLUSH:
+        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        _L2_FLUSH.append(torch.ones(2 * l2 // 4, dtype=torch.float32, device=DEVICE))
+    flush = _L2_FLUSH[0]
+    fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        flush.amax()
+        torch.cuda._sleep(COLD_SPIN_CYCLES)
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
 def kernel_time_us(fn, calls=20):
     """GPU busy time per call of eager calls of `fn`, µs: the durations of the kernels (and
     memcpy/memset) the CUDA profiler (CUPTI, through torch.profiler) records over `calls` calls,
@@ -312,6 +347,10 @@ def graph_timer(fn, graphs=True):
     GRAPH_CALLS calls of `fn` (1 when a call takes over 1 ms), so the kernels' time without the
     host's per-call cost. With --eager (or graphs=False): CUDA events around eager calls."""
     est = statistics.median(time_cuda(fn, warmup=3, iters=3))
+    if COLD_L2:
+        n = per_round(est, 30)
+        return (lambda: time_cold(fn, iters=n)), "one eager call after an L2 flush (CUDA events; host cost " \
+            "hidden behind a spin kernel)", {"l2": "cold"}
     if not (USE_GRAPHS and graphs):
         n = per_round(est, 30)
         return lambda: time_cuda(fn, warmup=min(5, n), iters=n), "eager calls (CUDA events)", {}
@@ -843,7 +882,7 @@ def plot(result, path):
 
 
 def main():
-    global USE_GRAPHS, KERNEL_TIME
+    global USE_GRAPHS, KERNEL_TIME, COLD_L2
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
@@ -857,6 +896,8 @@ def main():
                     help="only ours-jax and Pallas (JAX timing; run apart from the CUDA-graph timing of the torch "
                          "implementations: both in one process faulted on an H100, cause not established)")
     ap.add_argument("--eager", action="store_true", help="time eager calls (CUDA events per call), no graphs")
+    ap.add_argument("--cold-l2", action="store_true",
+                    help="every timed call after an L2 flush, eager (time_cold); implies --no-kernel-time")
     ap.add_argument("--no-kernel-time", action="store_true",
                     help="skip the profiler's per-call device busy time (kernel_us)")
     ap.add_argument("--quick", action="store_true", help="a small subset of the suite")
@@ -873,7 +914,9 @@ def main():
         plot(result, os.path.splitext(args.rederive)[0] + ".png")
         return
     USE_GRAPHS = not args.eager
-    KERNEL_TIME = not args.no_kernel_time
+    COLD_L2 = args.cold_l2
+    # The profiler's kernel times are of warm back-to-back calls: not comparable with cold ones.
+    KERNEL_TIME = not (args.no_kernel_time or args.cold_l2)
     torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference stays float32
 
     try:
@@ -917,7 +960,7 @@ def main():
     def write():
         result = {"gpu": gpu, "gpu_name": gpu_name, "driver": driver, "date": date, "argv": sys.argv[1:],
                   "versions": versions_cache, "copy_GBps": copy_gbs, "notes": notes,
-                  "protocol": __doc__.split("\n\n")[1], "cases": [
+                  "protocol": __doc__.split("\n\n")[1], "l2": "cold" if COLD_L2 else "warm", "cases": [
                       {"name": c.name, "kind": c.kind, "geometry": c.geometry, "page_size": c.page,
                        "kv_dtype": c.kv_dtype, "seqs": len(c.seqs), "sum_kv": sum(k for _, k in c.seqs),
                        "tokens": sum(q for q, _ in c.seqs), "bytes_min": bytes_min(c), "causal_flops": causal_flops(c),
