@@ -104,6 +104,27 @@ def torch_graph_us(torch, fn, calls=20, replays=20):
     return statistics.median(samples)
 
 
+def isolated_device_us(torch, fn, iters=50, spin_cycles=200_000):
+    """Device µs of one call on an otherwise idle GPU, as a call followed by a sync runs it:
+    CUDA events around the call, recorded behind a spin kernel (`torch.cuda._sleep`) that keeps
+    the stream busy while the host launches, so the host's cost is not timed but nothing before
+    the call overlaps it either (no previous call's tail, no programmatic launch ahead of it:
+    what a graph replay of back-to-back calls hides). Median over `iters` calls."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(spin_cycles)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(samples)
+
+
 def part_torch(res):
     import torch
     import xla_gpu_kernels.torch as xt  # registers the ops
@@ -157,6 +178,8 @@ def jax_sync_child(out_path):
 
 
 SYNC_CASES = [(1, 32768), (64, 2048)]
+# The JAX half of the `sync` part (two child processes); `--no-jax-sync` leaves it out.
+SYNC_JAX = True
 
 
 def part_sync(res, tmp):
@@ -165,8 +188,11 @@ def part_sync(res, tmp):
     import xla_gpu_kernels.torch  # noqa: F401
     x1 = torch.zeros(1, device="cuda")
     trivial_torch, _ = with_sync_us(lambda: x1.add_(1), torch.cuda.synchronize)
+    trivial_isolated = isolated_device_us(torch, lambda: x1.add_(1))
     jax_runs = {}
     for mode, flags in (("default", os.environ.get("XLA_FLAGS", "")), ("cmdbuf_off", CMDBUF_OFF)):
+        if not SYNC_JAX:
+            break
         path = os.path.join(tmp, f"sync-{mode}.json")
         p = subprocess.run([sys.executable, __file__, "--child-sync", "-", path], env=dict(os.environ, XLA_FLAGS=flags),
                            capture_output=True, text=True, timeout=300)
@@ -182,10 +208,16 @@ def part_sync(res, tmp):
         t[0], t[1] = t[0].bfloat16(), t[1].bfloat16()
         call = lambda: torch.ops.xla_gpu.paged_attention(*t, sm_scale=0.088)  # noqa: E731
         kernel = torch_graph_us(torch, call)
+        isolated = isolated_device_us(torch, call)
         torch_sync, _ = with_sync_us(call, torch.cuda.synchronize)
         del t
-        row = {"case": case, "kernel_us": kernel, "torch_call_sync_us": torch_sync,
-               "torch_trivial_sync_us": trivial_torch, "torch_budget_us": kernel + trivial_torch}
+        # Two budgets: the kernels' time back to back (graph replays, where each call's start
+        # overlaps the previous call's tail) and as an isolated call runs them (the device time
+        # a call + sync waits for), each plus the framework's sync round trip.
+        row = {"case": case, "kernel_us": kernel, "kernel_isolated_us": isolated,
+               "torch_call_sync_us": torch_sync, "torch_trivial_sync_us": trivial_torch,
+               "trivial_isolated_us": trivial_isolated, "torch_budget_us": kernel + trivial_torch,
+               "torch_budget_isolated_us": isolated + trivial_torch}
         for mode, r in jax_runs.items():
             row[f"jax_{mode}_call_sync_us"] = r[case]["call_sync_us"]
             row[f"jax_{mode}_back_to_back_us"] = r[case]["back_to_back_us"]
@@ -195,8 +227,9 @@ def part_sync(res, tmp):
             row[f"jax_{mode}_native_op_call_sync_us"] = nat["call_sync_us"]
             row[f"jax_{mode}_native_op_back_to_back_us"] = nat["back_to_back_us"]
         rows.append(row)
-        print(f"{case:>9}: kernel {kernel:.1f} us | torch call+sync {torch_sync:.1f} (budget "
-              f"{kernel + trivial_torch:.1f}) | " + " | ".join(
+        print(f"{case:>9}: kernel {kernel:.1f} us (isolated {isolated:.1f}; trivial op isolated "
+              f"{trivial_isolated:.1f}) | torch call+sync {torch_sync:.1f} (budget {kernel + trivial_torch:.1f}, "
+              f"isolated {isolated + trivial_torch:.1f}) | " + " | ".join(
                   f"jax[{m}] call+sync {row[f'jax_{m}_call_sync_us']:.1f} (budget {row[f'jax_{m}_budget_us']:.1f}), "
                   f"back-to-back {row[f'jax_{m}_back_to_back_us']:.1f}; native op of that length: call+sync "
                   f"{row[f'jax_{m}_native_op_call_sync_us']:.1f}, back-to-back "
@@ -288,7 +321,10 @@ def main():
     ap.add_argument("--parts", default="torch,sync,cmdbuf")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tmp", default="/tmp")
+    ap.add_argument("--no-jax-sync", action="store_true", help="the sync part in torch only")
     args = ap.parse_args()
+    global SYNC_JAX
+    SYNC_JAX = not args.no_jax_sync
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     import jax
