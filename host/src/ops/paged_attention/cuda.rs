@@ -1092,18 +1092,43 @@ fn plan_pipelined_splits(
     };
     let mut s = model(0);
     if settings.cluster_merge && module.image.has_clusters() && s.splits > 1 {
-        // Clusters only where every cluster of the grid runs at once: a grid of clusters in
-        // rounds ran up to 1.6x slower than the same splits with the merge kernel on an H200
-        // (B4 x 2k: 32 clusters of 8 where 30 fit; benchmarks/NOTES.md "v9").
-        let clustered = model(MAX_CLUSTER_SPLITS);
-        if clustered.cluster
-            && blocks_per_split <= module.active_clusters(name, threads, shared_bytes, clustered.splits)? as u64
-        {
+        let fits = |splits: u32| -> Result<bool> {
+            Ok(blocks_per_split <= module.active_clusters(name, threads, shared_bytes, splits)? as u64)
+        };
+        if let Some(clustered) = resident_cluster_plan(model, fits)? {
             s = clustered;
         }
     }
     let waves = (blocks_per_split * s.splits as u64).div_ceil(slots.max(1));
     Ok((s, waves))
+}
+
+/// The split model's plan with a cluster merge whose clusters all run at once, if the model
+/// prefers one: `model(limit)` plans with clusters of up to `limit` splits, `fits(splits)` says
+/// whether every cluster of that many splits is resident together. A grid of clusters in rounds
+/// ran up to 1.6x slower than the same splits with the merge kernel on an H200 (B4 x 2k: 32
+/// clusters of 8 where 30 fit; benchmarks/NOTES.md "v9"); where the preferred clusters do not
+/// all fit, smaller ones are tried before the merge kernel: B4 x 512 takes four two-tile splits
+/// in clusters of four (13.9 µs L2-cold, 9.7 warm) where its eight one-tile splits, whose
+/// clusters of eight would not all fit, went to the merge kernel (15.6 / 10.1; NOTES "v17").
+/// None: the merge kernel's plan (the model's without clusters) stands.
+fn resident_cluster_plan(
+    model: impl Fn(u32) -> PipelinedSplits,
+    mut fits: impl FnMut(u32) -> Result<bool>,
+) -> Result<Option<PipelinedSplits>> {
+    let mut limit = MAX_CLUSTER_SPLITS;
+    while limit >= 2 {
+        let clustered = model(limit);
+        if !clustered.cluster {
+            // The merge kernel's plan is cheaper than any cluster of up to `limit` splits.
+            return Ok(None);
+        }
+        if fits(clustered.splits)? {
+            return Ok(Some(clustered));
+        }
+        limit = clustered.splits - 1;
+    }
+    Ok(None)
 }
 
 /// K/V bytes in flight per SM that the pipelined kernel needs to stream at the copy bandwidth:
@@ -1607,6 +1632,31 @@ mod tests {
                 assert!(!s.cluster || (2..=8).contains(&s.splits), "{blocks} x {keys}: {s:?}");
             }
         }
+    }
+
+    #[test]
+    fn clusters_that_would_not_all_fit_give_way_to_smaller_ones() {
+        let slots = 2 * 132;
+        // The plan for `blocks` per split and `keys`, when clusters of up to `fit_up_to` splits
+        // all fit at once, and the cluster sizes asked about.
+        let plan = |blocks: u64, keys: u32, fit_up_to: u32| {
+            let mut asked = Vec::new();
+            let model = |limit| choose_splits_by_waves(blocks, keys, slots, 1, DEFAULT_MERGE_COST_KEYS, limit);
+            let p = resident_cluster_plan(model, |splits| {
+                asked.push(splits);
+                Ok(splits <= fit_up_to)
+            })
+            .unwrap();
+            (p.map(|s| (s.splits, s.split_len, s.cluster)), asked)
+        };
+        // B4 x 512 (32 blocks per split): eight one-tile splits in clusters of eight when they
+        // fit, else four two-tile splits in clusters of four rather than the merge kernel.
+        assert_eq!(plan(32, 512, 16), (Some((8, 64, true)), vec![8]));
+        assert_eq!(plan(32, 512, 7), (Some((4, 128, true)), vec![8, 4]));
+        // No cluster fits: the merge kernel's plan (None).
+        assert_eq!(plan(32, 512, 1).0, None);
+        // B1 x 32k: the model prefers the merge kernel's many splits; no cluster is asked about.
+        assert_eq!(plan(8, 32768, 16), (None, vec![]));
     }
 
     #[test]
