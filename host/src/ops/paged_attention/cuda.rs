@@ -956,7 +956,13 @@ fn plan_launch(
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
             let two_blocks = module.resident_blocks(name, threads, two)?;
             if two_blocks > module.resident_blocks(name, threads, shared_bytes)? {
-                let slots = two_blocks as u64 * module.multiprocessors as u64;
+                // The residency the split model plans with (`XGK_RPA_PLAN_BLOCKS` when set, as
+                // in `plan_pipelined_splits`), so that the experiment knob moves this rule too.
+                let planned = match settings.plan_blocks {
+                    0 => two_blocks,
+                    n => n,
+                };
+                let slots = planned as u64 * module.multiprocessors as u64;
                 let s2 = if unsplit_grid_is_long(blocks_per_split, slots) {
                     whole_rows(max_keys)
                 } else {
