@@ -246,11 +246,11 @@ impl KernelModule {
     /// (workspace sizes), so the launches that follow, possibly under stream capture, find the
     /// module loaded.
     pub fn for_device(&self, ordinal: i32) -> Result<Arc<ContextModule>> {
-        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        // Held through the first use too, so that two threads never both retain the context.
+        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, m)) = devices.iter().find(|(o, _)| *o == ordinal) {
             return Ok(m.clone());
         }
-        drop(devices);
         ensure_driver()?;
         let device = cu::device::get(ordinal).map_err(|e| Error::cuda("cuDeviceGet", e))?;
         let mut context: CUcontext = std::ptr::null_mut();
@@ -262,10 +262,7 @@ impl KernelModule {
             .map_err(|e| Error::cuda("cuDevicePrimaryCtxRetain", e))?;
         // SAFETY: retained above.
         let module = unsafe { self.for_context(context) }?;
-        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        if !devices.iter().any(|(o, _)| *o == ordinal) {
-            devices.push((ordinal, module.clone()));
-        }
+        devices.push((ordinal, module.clone()));
         Ok(module)
     }
 

@@ -954,15 +954,10 @@ fn plan_launch(
         let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
         if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
-            let two_blocks = module.resident_blocks(name, threads, two)?;
-            if two_blocks > module.resident_blocks(name, threads, shared_bytes)? {
-                // The residency the split model plans with (`XGK_RPA_PLAN_BLOCKS` when set, as
-                // in `plan_pipelined_splits`), so that the experiment knob moves this rule too.
-                let planned = match settings.plan_blocks {
-                    0 => two_blocks,
-                    n => n,
-                };
-                let slots = planned as u64 * module.multiprocessors as u64;
+            if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
+                // At the residency the split model plans with, so that `XGK_RPA_PLAN_BLOCKS`
+                // moves this rule too.
+                let slots = planned_slots(module, &settings, name, threads, two)?;
                 let s2 = if unsplit_grid_is_long(blocks_per_split, slots) {
                     whole_rows(max_keys)
                 } else {
@@ -1081,11 +1076,7 @@ fn plan_pipelined_splits(
     blocks_per_split: u64,
     max_keys: u32,
 ) -> Result<(PipelinedSplits, u64)> {
-    let resident = match settings.plan_blocks {
-        0 => module.resident_blocks(name, threads, shared_bytes)?,
-        n => n,
-    };
-    let slots = resident as u64 * module.multiprocessors as u64;
+    let slots = planned_slots(module, settings, name, threads, shared_bytes)?;
     let model = |cluster_limit| {
         choose_splits_by_waves(
             blocks_per_split,
@@ -1107,6 +1098,22 @@ fn plan_pipelined_splits(
     }
     let waves = (blocks_per_split * s.splits as u64).div_ceil(slots.max(1));
     Ok((s, waves))
+}
+
+/// Resident blocks of the pipelined kernel (`threads`, `shared_bytes`) across the device that the
+/// split model plans with: the device's residency, or [`PLAN_BLOCKS_ENV_VAR`]'s per SM when set.
+fn planned_slots(
+    module: &ContextModule,
+    settings: &LaunchSettings,
+    name: &'static str,
+    threads: u32,
+    shared_bytes: u32,
+) -> Result<u64> {
+    let resident = match settings.plan_blocks {
+        0 => module.resident_blocks(name, threads, shared_bytes)?,
+        n => n,
+    };
+    Ok(resident as u64 * module.multiprocessors as u64)
 }
 
 /// The split model's plan with a cluster merge whose clusters all run at once, if the model
