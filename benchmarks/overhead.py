@@ -106,23 +106,15 @@ def torch_graph_us(torch, fn, calls=20, replays=20):
 
 def isolated_device_us(torch, fn, iters=50, spin_cycles=200_000):
     """Device µs of one call on an otherwise idle GPU, as a call followed by a sync runs it:
-    CUDA events around the call, recorded behind a spin kernel (`torch.cuda._sleep`) that keeps
-    the stream busy while the host launches, so the host's cost is not timed but nothing before
-    the call overlaps it either (no previous call's tail, no programmatic launch ahead of it:
-    what a graph replay of back-to-back calls hides). Median over `iters` calls."""
+    CUDA events around the call, recorded behind a spin kernel (`peers.time_behind_spin`), so the
+    host's cost is not timed but nothing before the call overlaps it either (no previous call's
+    tail, no programmatic launch ahead of it: what a graph replay of back-to-back calls hides).
+    Median over `iters` calls."""
+    from peers import time_behind_spin
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(spin_cycles)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(samples)
+    return statistics.median(time_behind_spin(fn, iters, spin_cycles))
 
 
 def part_torch(res):

@@ -295,26 +295,34 @@ def time_cuda(fn, warmup=5, iters=30):
 _L2_FLUSH = []
 
 
-def time_cold(fn, iters=30):
-    """Per-call CUDA-event times in µs of eager calls that each find the L2 cold: before each, a
-    read of a buffer twice the L2's size (its lines are left clean: no write-backs during the call)
-    and a spin kernel long enough that the host has enqueued the call before the GPU reaches it,
-    so no implementation's host cost shows (eager or not, alike)."""
-    if not _L2_FLUSH:
-        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-        _L2_FLUSH.append(torch.ones(2 * l2 // 4, dtype=torch.float32, device=DEVICE))
-    flush = _L2_FLUSH[0]
+def time_behind_spin(fn, iters, spin_cycles, before=None):
+    """Per-call CUDA-event times in µs of eager calls of `fn`, each enqueued behind a spin kernel
+    of `spin_cycles` (after `before()`, when given): long enough that the host has enqueued the
+    call before the GPU reaches it, so the host's cost per call does not show, while nothing of
+    the previous call overlaps it (the device time of an isolated call)."""
     fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
-        flush.amax()
-        torch.cuda._sleep(COLD_SPIN_CYCLES)
+        if before is not None:
+            before()
+        torch.cuda._sleep(spin_cycles)
         starts[i].record()
         fn()
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def time_cold(fn, iters=30):
+    """Per-call CUDA-event times in µs of eager calls that each find the L2 cold: before each, a
+    read of a buffer twice the L2's size (its lines are left clean: no write-backs during the call)
+    and a spin kernel (`time_behind_spin`), so no implementation's host cost shows (eager or not,
+    alike)."""
+    if not _L2_FLUSH:
+        l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+        _L2_FLUSH.append(torch.ones(2 * l2 // 4, dtype=torch.float32, device=DEVICE))
+    return time_behind_spin(fn, iters, COLD_SPIN_CYCLES, before=_L2_FLUSH[0].amax)
 
 
 def kernel_time_us(fn, calls=20):
