@@ -13,9 +13,10 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use kernels_gpu::kernels::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_tile_keys};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_ws_applies,
-    workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, CLUSTER_MERGE_ENV_VAR, MERGE_COST_KEYS_ENV_VAR,
-    MERGE_MODE_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    key_rows_applies, launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies,
+    tiled_ws_applies, workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, CLUSTER_MERGE_ENV_VAR,
+    KEY_ROWS_ENV_VAR, MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR,
+    PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -284,6 +285,7 @@ fn check_pipelined_cases(cases: usize, long_contexts: bool) {
     let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4), (1, 32)];
     let mut worst = 0.0f64;
     let mut count = 0;
+    let mut key_row_runs = 0;
     for i in (0..cases).step_by(case_stride()) {
         let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
         let head_dim = [64, 128, 256][i % 3];
@@ -342,13 +344,22 @@ fn check_pipelined_cases(cases: usize, long_contexts: bool) {
             _ => {}
         }
         assert!(pipelined_applies(&case.spec(), 90));
-        let label = format!("case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} seqs {seqs:?}");
-        let err = compare(&case, &run_gpu(&stream, &case, KernelChoice::Pipelined), &case.cpu_output(), &label);
-        worst = worst.max(err);
-        count += 1;
+        let want = case.cpu_output();
+        // Both layouts where the key-rows one applies (GQA groups up to 8, head_dim 64 / 128).
+        let layouts: &[&str] = if key_rows_applies(&case.spec()) { &["0", "1"] } else { &["0"] };
+        for &key_rows in layouts {
+            let label = format!(
+                "case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} key rows {key_rows} seqs {seqs:?}"
+            );
+            let got = with_setting(KEY_ROWS_ENV_VAR, key_rows, || run_gpu(&stream, &case, KernelChoice::Pipelined));
+            worst = worst.max(compare(&case, &got, &want, &label));
+            count += 1;
+            key_row_runs += (key_rows == "1") as usize;
+        }
     }
     println!("worst |gpu - cpu| Pipelined ({cases} cases): {worst:.3e}");
-    println!("{count} pipelined-kernel cases passed");
+    println!("{count} pipelined-kernel runs passed ({key_row_runs} in the key-rows layout)");
+    assert!(key_row_runs > 0, "some case takes the key-rows layout");
 }
 
 #[test]
@@ -390,11 +401,15 @@ fn pipelined_stage_counts_match_cpu() {
             if pipelined_shared_bytes(head_dim, kv_bytes, tile, stages) > 227 * 1024 {
                 continue;
             }
+            // Both layouts where the key-rows one applies; call 1 in the other one.
+            let key_rows = if key_rows_applies(&case.spec()) { ["0", "1"] } else { ["0", "0"] };
             with_setting(PIPE_STAGES_ENV_VAR, &stages.to_string(), || {
                 with_setting(PIPE_MODE_ENV_VAR, mode, || {
-                    for call in 0..2 {
-                        let got = run_gpu(&stream, case, KernelChoice::Pipelined);
-                        compare_scaled(case, &got, &wants[i], &format!("{label}, call {call}"), scales[i]);
+                    for (call, layout) in key_rows.into_iter().enumerate() {
+                        let got =
+                            with_setting(KEY_ROWS_ENV_VAR, layout, || run_gpu(&stream, case, KernelChoice::Pipelined));
+                        let label = format!("{label}, call {call}, key rows {layout}");
+                        compare_scaled(case, &got, &wants[i], &label, scales[i]);
                     }
                 })
             });
@@ -463,25 +478,33 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         ("0", "", "3"),
         ("0", "0", "3"),
     ];
-    for (cluster, merge_cost, merge_mode) in modes {
-        with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {
-            with_setting(MERGE_COST_KEYS_ENV_VAR, merge_cost, || {
-                with_setting(MERGE_MODE_ENV_VAR, merge_mode, || {
-                    for (i, case) in cases.iter().enumerate() {
-                        let label = format!(
-                            "cluster merge {cluster}, merge cost {merge_cost:?}, merge mode {merge_mode:?}, case {i}"
+    // Each mode in both layouts (the key-rows one where it applies: GQA groups up to 8, head_dim
+    // 64 / 128).
+    for (cluster, merge_cost, merge_mode, key_rows) in
+        modes.iter().flat_map(|&(c, m, k)| [(c, m, k, "0"), (c, m, k, "1")])
+    {
+        with_setting(KEY_ROWS_ENV_VAR, key_rows, || {
+            with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {
+                with_setting(MERGE_COST_KEYS_ENV_VAR, merge_cost, || {
+                    with_setting(MERGE_MODE_ENV_VAR, merge_mode, || {
+                        for (i, case) in cases.iter().enumerate() {
+                            let label = format!(
+                            "cluster merge {cluster}, merge cost {merge_cost:?}, merge mode {merge_mode:?}, key rows \
+                             {key_rows}, case {i}"
                         );
-                        let workspace =
-                            workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Pipelined).unwrap();
-                        if cluster == "0" || !hopper {
-                            assert!(workspace > 0, "{label}: the merge kernel's partials need a workspace");
-                        } else if merge_cost == "65536" {
-                            assert_eq!(workspace, 0, "{label}: splits merged in clusters need no workspace");
-                            clustered += 1;
+                            let workspace =
+                                workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Pipelined).unwrap();
+                            if cluster == "0" || !hopper {
+                                assert!(workspace > 0, "{label}: the merge kernel's partials need a workspace");
+                            } else if merge_cost == "65536" {
+                                assert_eq!(workspace, 0, "{label}: splits merged in clusters need no workspace");
+                                clustered += 1;
+                            }
+                            let got =
+                                run_gpu_on(&KERNELS, &stream, case, KernelChoice::Pipelined, WorkspaceMode::Exact, 2);
+                            compare(case, &got, &wants[i], &label);
                         }
-                        let got = run_gpu_on(&KERNELS, &stream, case, KernelChoice::Pipelined, WorkspaceMode::Exact, 2);
-                        compare(case, &got, &wants[i], &label);
-                    }
+                    })
                 })
             })
         });
@@ -491,7 +514,7 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         compare(case, &got, &case.cpu_output(), "portable image");
     }
     println!("cluster-merged cases: {clustered} (Hopper: {hopper})");
-    assert!(!hopper || clustered == cases.len());
+    assert!(!hopper || clustered == 2 * cases.len());
 }
 
 /// Short contexts only, every variant of the pipelined kernel: small enough to run under

@@ -126,3 +126,32 @@ unsafe fn ldmatrix_x4_impl<const TRANS: bool>(addr: u32) -> [u32; 4] {
         crate::gpu_only!("ldmatrix_x4")
     }
 }
+
+/// `movmatrix.sync.aligned.m8n8.trans.b16` (sm_75+, PTX 7.8): transposes an 8x8 matrix of 16-bit
+/// elements held as in an mma accumulator half (lane `l` holds row `l/4`, cols `2(l%4)`,
+/// `2(l%4)+1`): lane `l` receives row `l/4`, cols `2(l%4)`, `2(l%4)+1` of the transpose. A C
+/// fragment's rows `g` (or `g + 8`) packed to pairs become, transposed, a B fragment register
+/// whose k runs over the C fragment's rows.
+///
+/// Every lane of the warp must execute it (a warp-collective; no memory is touched).
+#[inline(always)]
+pub fn movmatrix_trans(x: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: u32;
+        // SAFETY: register-only; not `pure`: a warp-collective must not be speculated or merged.
+        unsafe {
+            core::arch::asm!(
+                "movmatrix.sync.aligned.m8n8.trans.b16 {}, {};",
+                out(reg32) r, in(reg32) x,
+                options(nomem, nostack),
+            )
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = x;
+        crate::gpu_only!("movmatrix_trans")
+    }
+}

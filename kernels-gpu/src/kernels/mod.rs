@@ -2,6 +2,7 @@
 //! kernels up by the names listed in [`names`].
 
 pub mod paged_attention;
+pub mod paged_attention_key_rows;
 pub mod paged_attention_mma;
 pub mod paged_attention_pipelined;
 pub mod paged_attention_tiled;

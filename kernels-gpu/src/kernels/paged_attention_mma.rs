@@ -312,7 +312,7 @@ fn softmax_row<const KN: usize>(
 
 /// How far (in exp2 units) a row's max may rise above the softmax's running reference before the
 /// accumulators are rescaled to it: weights are then at most 2^8 (FlashAttention 4's lazy rescale).
-const RESCALE_THRESHOLD_LOG2: f32 = 8.0;
+pub(crate) const RESCALE_THRESHOLD_LOG2: f32 = 8.0;
 
 /// `v[0] op v[1] op ...` as a balanced tree (`N` a power of two; `v` is scratch).
 #[inline(always)]
@@ -406,6 +406,31 @@ impl LogitScale {
     pub(crate) fn to_natural(&self, m: f32) -> f32 {
         m * (self.exp_scale * (1.0 / LOG2_E))
     }
+
+    /// A raw `q · k` in these units before the masks: soft capped (log2 units), scaled where the
+    /// logits are not kept raw, else as it is.
+    #[inline(always)]
+    pub(crate) fn transform(&self, raw: f32, p: &RpaParams) -> f32 {
+        if p.soft_cap != 0.0 {
+            self.cap_log2 * tanh_fast(raw * self.scale_over_cap)
+        } else if !self.raw {
+            raw * self.scale_log2
+        } else {
+            raw
+        }
+    }
+
+    /// Whether logits stay raw `q · k` (the scale in the softmax's exponent).
+    #[inline(always)]
+    pub(crate) fn keeps_raw(&self) -> bool {
+        self.raw
+    }
+
+    /// What a masked key that counts adds to its logit, in these units.
+    #[inline(always)]
+    pub(crate) fn mask_add(&self) -> f32 {
+        self.mask_add
+    }
 }
 
 /// What the mask of a warp's 16 M rows needs: the windows of this lane's two rows, and the keys
@@ -488,7 +513,7 @@ pub(crate) fn mask_logits<const KN: usize, const PW: usize>(
 
 /// Bit k set for the keys `base + k` (k < 32) inside `[lo, hi)`.
 #[inline(always)]
-fn range_bits(lo: u32, hi: u32, base: u32) -> u32 {
+pub(crate) fn range_bits(lo: u32, hi: u32, base: u32) -> u32 {
     let ones = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
     let (a, b) = (lo.saturating_sub(base), hi.saturating_sub(base));
     ones(b) & !ones(a)

@@ -46,6 +46,9 @@ use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 use super::paged_attention::{
     attention_kernels, block_split, merge_warps_and_store, resolve_block, RpaPointers, WarpStates,
 };
+use super::paged_attention_key_rows::{
+    key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
+};
 use super::paged_attention_mma::{
     load_q_fragments, mask_logits, online_softmax_step, store_warp_state, LogitScale, WarpRows, MMA_HEADS_PER_BLOCK,
 };
@@ -181,6 +184,91 @@ macro_rules! staged_fp8 {
 }
 staged_fp8!(F8E4M3, F8E5M2);
 
+/// A lane's `ldmatrix` rows and swizzled chunks in a stage (see the tile loop), for the
+/// key-rows layout's loads.
+struct KeyRowsLanes {
+    k_token: u32,
+    k_chunk: u32,
+    v_token: u32,
+    v_chunk: u32,
+    kv_row_bytes: u32,
+}
+
+/// `Sᵀ = K Qᵀ` over a warp's 16 K rows of a stage at `k_base` (the key-rows layout,
+/// `paged_attention_key_rows`): the head-rows layout's `ldmatrix` loads, each word taken as the
+/// A fragment's (keys as rows) instead of B's; q as B (`qb`). Even and odd k-steps accumulate
+/// apart (two chains of mma half as long), summed at the end.
+///
+/// # Safety
+/// The warp's K rows of the stage have landed and are visible to it; every lane calls it.
+#[inline(always)]
+unsafe fn key_rows_logits<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
+    k_base: u32,
+    lanes: &KeyRowsLanes,
+    qb: &[[u32; 2]; KSTEPS],
+) -> [f32; 4] {
+    let mut acc = [[0.0f32; 4]; 2];
+    if KV::FP8 {
+        // One ldmatrix gives two k-steps (chunks 2kk, 2kk + 1 of 16 one-byte dims): words 0 / 1
+        // are keys 0-7 / 8-15 of the first, 2 / 3 of the second.
+        let k_row = k_base + lanes.v_token * lanes.kv_row_bytes;
+        unroll::<KSTEPS>(|kk| {
+            if kk < KSTEPS / 2 {
+                let b = ldmatrix_x4(k_row + (lanes.v_chunk ^ (2 * kk as u32)) * 16);
+                unroll::<2>(|h| {
+                    let (low, high) = (KV::k_operand(b[2 * h]), KV::k_operand(b[2 * h + 1]));
+                    acc[h] = M::mma([low[0], high[0], low[1], high[1]], qb[2 * kk + h], acc[h]);
+                });
+            }
+        });
+    } else {
+        // Words: keys 0-7 × dims +0, keys 0-7 × dims +8, keys 8-15 × +0, keys 8-15 × +8.
+        let k_row = k_base + lanes.k_token * lanes.kv_row_bytes;
+        unroll::<KSTEPS>(|k| {
+            let b = ldmatrix_x4(k_row + (lanes.k_chunk ^ (2 * k as u32)) * 16);
+            acc[k % 2] = M::mma([b[0], b[2], b[1], b[3]], qb[k], acc[k % 2]);
+        });
+    }
+    let mut s = [0.0f32; 4];
+    unroll::<4>(|e| s[e] = acc[0][e] + acc[1][e]);
+    s
+}
+
+/// `Oᵀ += Vᵀ Pᵀ` over a warp's 16 V rows of a stage at `v_base` (the key-rows layout): the
+/// head-rows layout's transposed `ldmatrix` loads as A fragments (dims as rows), `pt` as B. 16-bit
+/// V: m-tile `mt` is dims `16 mt ..`; 1-byte V: m-tile `mt` is chunk `mt`'s even dims (rows `g`)
+/// and odd dims (rows `g + 8`), as `store_key_rows_state`'s `PAIRED` reads them.
+///
+/// # Safety
+/// As [`key_rows_logits`], for the V rows.
+#[inline(always)]
+unsafe fn key_rows_accumulate<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
+    v_base: u32,
+    lanes: &KeyRowsLanes,
+    pt: [u32; 2],
+    ot: &mut [[f32; 4]; KSTEPS],
+) {
+    let v_row = v_base + lanes.v_token * lanes.kv_row_bytes;
+    if KV::FP8 {
+        // One transposed ldmatrix gives chunks mt, mt + 1: words keys 0-7 / 8-15 of each.
+        unroll::<KSTEPS>(|mt| {
+            if mt % 2 == 0 {
+                let b = ldmatrix_x4_trans(v_row + (lanes.v_chunk ^ mt as u32) * 16);
+                unroll::<2>(|c| {
+                    let (low, high) = (KV::v_operands(b[2 * c]), KV::v_operands(b[2 * c + 1]));
+                    ot[mt + c] = M::mma([low[0], low[1], high[0], high[1]], pt, ot[mt + c]);
+                });
+            }
+        });
+    } else {
+        // Words: keys 0-7 × dims +0, keys 8-15 × +0, keys 0-7 × +8, keys 8-15 × +8.
+        unroll::<KSTEPS>(|mt| {
+            let b = ldmatrix_x4_trans(v_row + (lanes.v_chunk ^ (2 * mt as u32)) * 16);
+            ot[mt] = M::mma([b[0], b[2], b[1], b[3]], pt, ot[mt]);
+        });
+    }
+}
+
 /// The 16-byte chunk where chunk `col` of shared row `row` (rows of `row_chunks` chunks, 4 at
 /// least) is stored: the eight rows an `ldmatrix` reads land in eight different bank groups.
 /// Rows of 8 chunks or more XOR the chunk with `row % 8`; 4-chunk rows (fp8 at head_dim 64: two
@@ -306,10 +394,30 @@ unsafe fn rpa_pipelined<
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
-    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT>(ptr, p)
+    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, false>(ptr, p)
 }
 
-/// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]).
+/// [`rpa_pipelined`] in the key-rows layout (`paged_attention_key_rows`): a warp's 16 keys are
+/// the mma's rows and the block's query heads (at most [`KEY_ROWS_MAX_HEADS`]: the host launches
+/// it for GQA groups up to 8) its columns.
+#[inline(always)]
+unsafe fn rpa_pipelined_kr<
+    Q: MmaElement,
+    KV: StagedKv,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const DSPLIT: usize,
+>(
+    ptr: RpaPointers<Q, KV>,
+    p: RpaParams,
+) {
+    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, true>(ptr, p)
+}
+
+/// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]); with
+/// `KEY_ROWS`, in the key-rows layout (`Sᵀ = K Qᵀ`, `Oᵀ += Vᵀ Pᵀ`: the same copies, `ldmatrix`
+/// loads and merge; `KSTEPS` m-tiles of `Oᵀ`).
 #[inline(always)]
 unsafe fn rpa_pipelined_on<
     Q: MmaElement,
@@ -319,6 +427,7 @@ unsafe fn rpa_pipelined_on<
     const KSTEPS: usize,
     const NTILES: usize,
     const DSPLIT: usize,
+    const KEY_ROWS: bool,
 >(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
@@ -333,6 +442,8 @@ unsafe fn rpa_pipelined_on<
     const { assert!(NTILES * 8 * DSPLIT == D && KSTEPS * 16 == D, "tiles cover the head dim") };
     // fp8's O n-tiles hold permuted dims (even and odd of 16-dim chunks), stored in one piece.
     const { assert!(!KV::FP8 || DSPLIT == 1, "1-byte KV needs one warp per key group") };
+    const { assert!(!KEY_ROWS || DSPLIT == 1, "the key-rows layout holds a warp's whole Oᵀ") };
+    const { assert!(KEY_ROWS_MAX_HEADS * 2 == MMA_HEADS_PER_BLOCK, "key rows: one head chunk where head rows have one") };
     // The host launches `pipelined_threads(tile, DSPLIT)` threads, checks 2 <= stages <=
     // PIPE_MAX_STAGES and sizes the shared memory for them.
     let tile = pipelined_tile_keys(D as u32);
@@ -529,9 +640,11 @@ unsafe fn rpa_pipelined_on<
     };
 
     let mut o = [[0.0f32; 4]; NTILES];
-    // Running max and (this lane's share of the) sum for rows g and g + 8 of the tile.
+    // Running max and (this lane's share of the) sum for rows g and g + 8 of the tile (heads
+    // 2c and 2c + 1 in the key-rows layout, whose Oᵀ is `ot`).
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0.0f32; 2];
+    let mut ot = [[0.0f32; 4]; KSTEPS];
     let num_tiles = (split_hi - split_lo).div_ceil(tile);
 
     // This lane's ldmatrix rows among the warp's 16 keys: 16-bit K for S (non-transposed:
@@ -559,6 +672,7 @@ unsafe fn rpa_pipelined_on<
     // KV the conversion waits for q's loads (and a warp-wide max) and would otherwise hold the
     // copies back by that round trip.
     let (qa, q_factor) = q_as_operand::<Q, M, KSTEPS>(qa);
+    let qb = q_b_fragments::<KSTEPS>(&qa);
     // Logits stay raw `q · k` with the scale in the softmax's exponent where the contract allows
     // (no soft cap, a positive scale): one fma per weight instead of a multiply per logit, and
     // tiles inside the row's window with every key present skip the mask. The factor q was
@@ -591,6 +705,15 @@ unsafe fn rpa_pipelined_on<
         // The warp's 16 K rows, and its 16 V rows `tile` rows further.
         let k_base = smem_base + stage + key_group * 16 * kv_row_bytes;
         let v_base = k_base + tile * kv_row_bytes;
+
+        if KEY_ROWS {
+            let rows = KeyRowsLanes { k_token, k_chunk, v_token, v_chunk, kv_row_bytes };
+            let mut st = key_rows_logits::<M, KV, KSTEPS>(k_base, &rows, &qb);
+            mask_key_rows(&mut st, key0, present, &blk.window, &logit, &p);
+            let pt = key_rows_softmax_step::<M, KSTEPS>(&st, logit.exp_scale, &mut m, &mut l, &mut ot);
+            key_rows_accumulate::<M, KV, KSTEPS>(v_base, &rows, pt, &mut ot);
+            continue;
+        }
 
         // S = Q Kᵀ over the warp's 16 keys.
         let mut s = [[0.0f32; 4]; 2];
@@ -650,10 +773,17 @@ unsafe fn rpa_pipelined_on<
     sync_threads();
     if fp8 {
         unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
+        unroll::<KSTEPS>(|mt| unroll::<4>(|e| ot[mt][e] *= p.v_scale));
     }
     let dim0 = dim_part as usize * NTILES * 8;
     let m = [logit.to_natural(m[0]), logit.to_natural(m[1])];
-    if fp8 {
+    if KEY_ROWS {
+        if fp8 {
+            store_key_rows_state::<KSTEPS, true>(smem, D, key_group as usize, &m, &l, &ot);
+        } else {
+            store_key_rows_state::<KSTEPS, false>(smem, D, key_group as usize, &m, &l, &ot);
+        }
+    } else if fp8 {
         store_warp_state::<NTILES, true>(smem, D, key_group as usize, dim0, &m, &l, &o);
     } else {
         store_warp_state::<NTILES, false>(smem, D, key_group as usize, dim0, &m, &l, &o);
@@ -699,6 +829,15 @@ const _: () = assert!(
 // blocks per SM), so that fp8's 16 KiB stages and 16-bit KV's two 32 KiB stages (the long-grid
 // rule) run three blocks per SM (benchmarks/NOTES.md "v9", "v10"). ptxas keeps one value
 // on the stack across the tile loop (stored before it, loaded after it).
+/// The key-rows pipelined kernels (GQA groups up to 8): `rpa_pipe_kr_<q>_<kv>_d<D>`.
+macro_rules! rpa_pipe_kr_kernels {
+    ($( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
+        attention_kernels! { $( $(
+            $name: $q, $kv => rpa_pipelined_kr[$d, $d / 16, $d / 8, 1] $(bounds(128, $blocks))?;
+        )* )* }
+    };
+}
+
 rpa_pipe_kernels! {
     f16, f16 => rpa_pipe_f16_f16_d64 64, rpa_pipe_f16_f16_d128 128 @ 3, rpa_pipe_f16_f16_d256 256;
     f16, F8E4M3 => rpa_pipe_f16_e4m3_d64 64, rpa_pipe_f16_e4m3_d128 128 @ 3;
@@ -706,4 +845,15 @@ rpa_pipe_kernels! {
     Bf16, Bf16 => rpa_pipe_bf16_bf16_d64 64, rpa_pipe_bf16_bf16_d128 128 @ 3, rpa_pipe_bf16_bf16_d256 256;
     Bf16, F8E4M3 => rpa_pipe_bf16_e4m3_d64 64, rpa_pipe_bf16_e4m3_d128 128 @ 3;
     Bf16, F8E5M2 => rpa_pipe_bf16_e5m2_d64 64, rpa_pipe_bf16_e5m2_d128 128 @ 3;
+}
+
+// Key rows: half the registers of the head-rows layout's q fragments and accumulators, so the
+// head_dim-128 kernels are compiled for four blocks per SM (128 registers).
+rpa_pipe_kr_kernels! {
+    f16, f16 => rpa_pipe_kr_f16_f16_d64 64, rpa_pipe_kr_f16_f16_d128 128 @ 4;
+    f16, F8E4M3 => rpa_pipe_kr_f16_e4m3_d64 64, rpa_pipe_kr_f16_e4m3_d128 128 @ 4;
+    f16, F8E5M2 => rpa_pipe_kr_f16_e5m2_d64 64, rpa_pipe_kr_f16_e5m2_d128 128 @ 4;
+    Bf16, Bf16 => rpa_pipe_kr_bf16_bf16_d64 64, rpa_pipe_kr_bf16_bf16_d128 128 @ 4;
+    Bf16, F8E4M3 => rpa_pipe_kr_bf16_e4m3_d64 64, rpa_pipe_kr_bf16_e4m3_d128 128 @ 4;
+    Bf16, F8E5M2 => rpa_pipe_kr_bf16_e5m2_d64 64, rpa_pipe_kr_bf16_e5m2_d128 128 @ 4;
 }

@@ -6,6 +6,7 @@ use kernels_gpu::kernels::paged_attention::{
     last_block_merge_round, rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS,
     RPA_THREADS, RPA_WARPS,
 };
+use kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS;
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_stage_bytes, pipelined_supports, pipelined_threads,
@@ -324,6 +325,22 @@ pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 /// with its row's metadata on the decode guess, instead of one round trip after it.
 pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 
+/// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
+/// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): `1` keys as the mma's
+/// rows and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators,
+/// four blocks per SM for head_dim 128), `0` heads as rows (`rpa_pipe_*`); unset or empty:
+/// [`DEFAULT_KEY_ROWS`].
+pub const KEY_ROWS_ENV_VAR: &str = "XGK_RPA_KEY_ROWS";
+
+/// Default of [`KEY_ROWS_ENV_VAR`].
+const DEFAULT_KEY_ROWS: u32 = 0;
+
+/// Whether the pipelined kernel's key-rows layout covers a problem: a GQA group that fits its
+/// columns, head_dim 64 or 128.
+pub fn key_rows_applies(spec: &PagedAttention) -> bool {
+    spec.num_q_heads / spec.num_kv_heads.max(1) <= KEY_ROWS_MAX_HEADS && matches!(spec.head_dim, 64 | 128)
+}
+
 /// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
 /// splits 0.4-0.6 µs faster than the group kernel (4 x 512 10.2 against 10.8 µs), and the cells
 /// of 32 and 47 splits 1.5-1.8 µs slower (1 x 8k 15.4 against 13.9, 1 x 32k 42.3 against
@@ -359,6 +376,8 @@ pub struct LaunchSettings {
     pub merge_mode: u32,
     /// [`TABLE_PRELOAD_ENV_VAR`].
     pub table_preload: bool,
+    /// [`KEY_ROWS_ENV_VAR`].
+    pub key_rows: bool,
 }
 
 /// The settings, read once; `None` until first read.
@@ -375,8 +394,8 @@ fn settings() -> Result<LaunchSettings> {
 /// Re-reads [`KERNEL_ENV_VAR`], [`COPY_HINT_ENV_VAR`], [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
-/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`] and
-/// [`TABLE_PRELOAD_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
+/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`],
+/// [`TABLE_PRELOAD_ENV_VAR`] and [`KEY_ROWS_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
 /// call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -401,6 +420,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
+        key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=1)? == 1,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -585,10 +605,15 @@ pub fn tiled_preferred(spec: &PagedAttention, cc: u32) -> bool {
 }
 
 /// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_<kv>_d<D>`
-/// (pipelined), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
+/// (pipelined; `rpa_pipe_kr_...` in the key-rows layout where it applies and
+/// [`KEY_ROWS_ENV_VAR`] takes it), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
 pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
     let name = match kernel {
+        // A settings error surfaces where the plan reads them.
+        KernelChoice::Pipelined if key_rows_applies(spec) && settings().is_ok_and(|s| s.key_rows) => {
+            format!("rpa_pipe_kr_{q}_{kv}_d{}", spec.head_dim)
+        }
         KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::Tiled => format!("rpa_tile_{q}_{kv}_d{}", spec.head_dim),
         KernelChoice::TiledWgmma => format!("rpa_tile_wg_{q}_{kv}_d{}", spec.head_dim),
