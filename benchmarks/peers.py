@@ -441,7 +441,7 @@ VARIANT_OPTIONS = {
     "pm": "XGK_RPA_PIPE_MODE",         # pipelined copies: 0 block barrier per tile, 1 per key group
     "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 last block
     "tp": "XGK_RPA_TABLE_PRELOAD",     # first tiles' page-table entries loaded with the row: 0 off, 1 on
-    "kr": "XGK_RPA_KEY_ROWS",          # pipelined layout for groups <= 8: 1 keys as mma rows, 0 heads
+    "kr": "XGK_RPA_KEY_ROWS",          # keys as mma rows (groups <= 8): 0 never, 1 16-bit KV, 2 fp8 too
 }
 
 

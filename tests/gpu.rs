@@ -346,7 +346,7 @@ fn check_pipelined_cases(cases: usize, long_contexts: bool) {
         assert!(pipelined_applies(&case.spec(), 90));
         let want = case.cpu_output();
         // Both layouts where the key-rows one applies (GQA groups up to 8, head_dim 64 / 128).
-        let layouts: &[&str] = if key_rows_applies(&case.spec()) { &["0", "1"] } else { &["0"] };
+        let layouts: &[&str] = if key_rows_applies(&case.spec()) { &["0", "2"] } else { &["0"] };
         for &key_rows in layouts {
             let label = format!(
                 "case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} key rows {key_rows} seqs {seqs:?}"
@@ -354,7 +354,7 @@ fn check_pipelined_cases(cases: usize, long_contexts: bool) {
             let got = with_setting(KEY_ROWS_ENV_VAR, key_rows, || run_gpu(&stream, &case, KernelChoice::Pipelined));
             worst = worst.max(compare(&case, &got, &want, &label));
             count += 1;
-            key_row_runs += (key_rows == "1") as usize;
+            key_row_runs += (key_rows == "2") as usize;
         }
     }
     println!("worst |gpu - cpu| Pipelined ({cases} cases): {worst:.3e}");
@@ -402,7 +402,7 @@ fn pipelined_stage_counts_match_cpu() {
                 continue;
             }
             // Both layouts where the key-rows one applies; call 1 in the other one.
-            let key_rows = if key_rows_applies(&case.spec()) { ["0", "1"] } else { ["0", "0"] };
+            let key_rows = if key_rows_applies(&case.spec()) { ["0", "2"] } else { ["0", "0"] };
             with_setting(PIPE_STAGES_ENV_VAR, &stages.to_string(), || {
                 with_setting(PIPE_MODE_ENV_VAR, mode, || {
                     for (call, layout) in key_rows.into_iter().enumerate() {
@@ -481,7 +481,7 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
     // Each mode in both layouts (the key-rows one where it applies: GQA groups up to 8, head_dim
     // 64 / 128).
     for (cluster, merge_cost, merge_mode, key_rows) in
-        modes.iter().flat_map(|&(c, m, k)| [(c, m, k, "0"), (c, m, k, "1")])
+        modes.iter().flat_map(|&(c, m, k)| [(c, m, k, "0"), (c, m, k, "2")])
     {
         with_setting(KEY_ROWS_ENV_VAR, key_rows, || {
             with_setting(CLUSTER_MERGE_ENV_VAR, cluster, || {

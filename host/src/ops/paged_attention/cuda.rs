@@ -302,13 +302,25 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 
 /// Environment variable choosing how the pipelined kernel's warps share a tile's copies
 /// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
-/// empty: [`DEFAULT_PIPE_MODE`].
+/// empty: [`default_pipe_mode`] for the launch.
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
-/// Default of [`PIPE_MODE_ENV_VAR`]: per-key-group pipelines, 0.5-2 % faster than the block
-/// barrier on most decode cells of an H200 and 4 % on fp8 64 x 8k, within 1.3 % slower on the
-/// two-stage long grids (benchmarks/NOTES.md "v11").
-const DEFAULT_PIPE_MODE: u32 = 1;
+/// The pipelined kernel's pipe mode for a launch unless [`PIPE_MODE_ENV_VAR`] says otherwise:
+/// per-key-group pipelines (1), but a block barrier per tile (0) for the key-rows kernels on
+/// 16-bit KV with three stages or more, splits of 1024 keys or more and a grid of at most two
+/// waves. On an H200 the per-key-group pipelines were 0.5-2 % faster than the block barrier on
+/// most decode cells with the head-rows kernels and 4 % on fp8 64 x 8k (benchmarks/NOTES.md
+/// "v11"); with the key-rows kernels the block barrier runs the long rows of one or two waves
+/// 0.8-2.2 % faster (4 x 32k, 16 x 8k, 16 x 32k, 32 x 4k, 64 x 8k, G2 32 x 4k and 64 x 8k), and
+/// the short splits, the grids of four waves or more and fp8 slower (NOTES "v18").
+pub fn default_pipe_mode(key_rows: bool, kv_bytes: u32, stages: u32, split_len: u32, waves: u64) -> u32 {
+    let block_barrier = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2;
+    if block_barrier {
+        0
+    } else {
+        1
+    }
+}
 
 /// Environment variable choosing how split partials in the workspace are merged (splits that run
 /// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
@@ -326,19 +338,29 @@ pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 
 /// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
-/// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): `1` keys as the mma's
-/// rows and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators,
-/// four blocks per SM for head_dim 128), `0` heads as rows (`rpa_pipe_*`); unset or empty:
-/// [`DEFAULT_KEY_ROWS`].
+/// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
+/// and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators, four
+/// blocks per SM for head_dim 128) for 16-bit KV (`1`) or for fp8 KV too (`2`), or heads as rows
+/// (`rpa_pipe_*`) everywhere (`0`); unset or empty: [`DEFAULT_KEY_ROWS`].
 pub const KEY_ROWS_ENV_VAR: &str = "XGK_RPA_KEY_ROWS";
 
-/// Default of [`KEY_ROWS_ENV_VAR`].
-const DEFAULT_KEY_ROWS: u32 = 0;
+/// Default of [`KEY_ROWS_ENV_VAR`]: 16-bit KV only. On an H200 the key-rows kernels ran every
+/// G1 decode cell 0-7 % faster (1 x 2k 10.1 -> 9.4 µs); with fp8 KV 32 x 4k and 64 x 8k 1-2 %
+/// faster, but 1 x 32k 3-5 % slower (its four blocks per SM plan more, shorter splits; no plan
+/// or stage count measured faster than the head-rows kernel there; benchmarks/NOTES.md "v18").
+const DEFAULT_KEY_ROWS: u32 = 1;
 
 /// Whether the pipelined kernel's key-rows layout covers a problem: a GQA group that fits its
 /// columns, head_dim 64 or 128.
 pub fn key_rows_applies(spec: &PagedAttention) -> bool {
     spec.num_q_heads / spec.num_kv_heads.max(1) <= KEY_ROWS_MAX_HEADS && matches!(spec.head_dim, 64 | 128)
+}
+
+/// Whether the pipelined kernel runs `spec` in the key-rows layout: where it applies and the
+/// settings take it.
+fn key_rows_taken(spec: &PagedAttention) -> Result<bool> {
+    let fp8 = spec.kv_dtype.size_bytes() == Some(1);
+    Ok(key_rows_applies(spec) && settings()?.key_rows > fp8 as u32)
 }
 
 /// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
@@ -370,14 +392,14 @@ pub struct LaunchSettings {
     pub cluster_merge: bool,
     /// [`PLAN_BLOCKS_ENV_VAR`] (0: the kernel's occupancy).
     pub plan_blocks: u32,
-    /// [`PIPE_MODE_ENV_VAR`].
-    pub pipe_mode: u32,
+    /// [`PIPE_MODE_ENV_VAR`] (None: [`default_pipe_mode`]).
+    pub pipe_mode: Option<u32>,
     /// [`MERGE_MODE_ENV_VAR`].
     pub merge_mode: u32,
     /// [`TABLE_PRELOAD_ENV_VAR`].
     pub table_preload: bool,
     /// [`KEY_ROWS_ENV_VAR`].
-    pub key_rows: bool,
+    pub key_rows: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -417,10 +439,13 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         },
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
-        pipe_mode: bounded_from_env(PIPE_MODE_ENV_VAR, DEFAULT_PIPE_MODE, 0..=1)?,
+        pipe_mode: match std::env::var(PIPE_MODE_ENV_VAR).as_deref() {
+            Err(_) | Ok("") => None,
+            Ok(_) => Some(bounded_from_env(PIPE_MODE_ENV_VAR, 1, 0..=1)?),
+        },
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
-        key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=1)? == 1,
+        key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -611,7 +636,7 @@ pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str 
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
     let name = match kernel {
         // A settings error surfaces where the plan reads them.
-        KernelChoice::Pipelined if key_rows_applies(spec) && settings().is_ok_and(|s| s.key_rows) => {
+        KernelChoice::Pipelined if key_rows_taken(spec).unwrap_or(false) => {
             format!("rpa_pipe_kr_{q}_{kv}_d{}", spec.head_dim)
         }
         KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
@@ -703,6 +728,8 @@ struct DirectPlan {
     cluster: bool,
     /// How partials in the workspace merge (with splits, outside a cluster).
     merge: PartialsMerge,
+    /// `RpaParams::pipe_mode` of the pipelined kernel (0 for the others).
+    pipe_mode: u32,
 }
 
 impl DirectPlan {
@@ -971,11 +998,12 @@ fn plan_launch(
     ensure!(grid_y <= 65535, "num_kv_heads * head chunks ({grid_y}) exceeds the grid limit");
     let blocks_per_split = spec.max_tokens as u64 * grid_y as u64;
     let max_keys = spec.max_visited_keys();
+    let mut waves = 0;
     let (mut splits, mut split_len, cluster) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
         let settings = settings()?;
-        let (mut s, waves) =
-            plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
+        let mut s;
+        (s, waves) = plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
         let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
         if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
@@ -1032,6 +1060,14 @@ fn plan_launch(
             }
         }
     }
+    let pipe_mode = match (stages, settings()?.pipe_mode) {
+        (0, _) => 0,
+        (_, Some(mode)) => mode,
+        (_, None) => {
+            let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
+            default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves)
+        }
+    };
     Ok(LaunchPlan::Direct(DirectPlan {
         name: kernel_name(spec, kernel),
         threads,
@@ -1042,6 +1078,7 @@ fn plan_launch(
         split_len,
         cluster,
         merge,
+        pipe_mode,
     }))
 }
 
@@ -1332,7 +1369,7 @@ unsafe fn launch_direct(
     params.copy_hint = settings.copy_hint;
     params.pipe_stages = l.stages;
     params.cluster_splits = l.cluster as u32;
-    params.pipe_mode = if l.stages > 0 { settings.pipe_mode } else { 0 };
+    params.pipe_mode = l.pipe_mode;
     params.table_preload = (l.stages > 0 && settings.table_preload) as u32;
     let merge_kernel = l.merge_kernel(spec);
     if l.partials_in_workspace() && l.merge == PartialsMerge::LastBlock {
@@ -1729,5 +1766,20 @@ mod tests {
             let used = ((4 + heads as u64 * (splits as u64 + 1)) * 4).next_multiple_of(16) + round * 128 * 16;
             assert!(round <= splits as u64 && used <= bytes as u64, "{bytes} {heads} {splits}: {round}");
         }
+    }
+
+    #[test]
+    fn block_barrier_only_for_long_key_rows_splits_of_short_grids() {
+        // H200 decode cells (16-bit KV, key rows, three stages): 32 x 4k one wave of 4k-key rows,
+        // 64 x 8k two waves, 1 x 32k splits of 1024 keys: the block barrier.
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1), 0);
+        // 128 x 2k (four waves), 4 x 2k (256-key splits), two stages, fp8, head rows: per key group.
+        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1), 1);
+        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1), 1);
+        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1), 1);
+        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1), 1);
     }
 }
