@@ -307,14 +307,23 @@ pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
 /// The pipelined kernel's pipe mode for a launch unless [`PIPE_MODE_ENV_VAR`] says otherwise:
 /// per-key-group pipelines (1), but a block barrier per tile (0) for the key-rows kernels on
-/// 16-bit KV with three stages or more, splits of 1024 keys or more and a grid of at most two
-/// waves. On an H200 the per-key-group pipelines were 0.5-2 % faster than the block barrier on
+/// 16-bit KV with three stages or more, splits of 1024 keys or more, a grid of at most two
+/// waves and pages of at least 8 tokens. On an H200 the per-key-group pipelines were 0.5-2 % faster than the block barrier on
 /// most decode cells with the head-rows kernels and 4 % on fp8 64 x 8k (benchmarks/NOTES.md
 /// "v11"); with the key-rows kernels the block barrier runs the long rows of one or two waves
 /// 0.8-2.2 % faster (4 x 32k, 16 x 8k, 16 x 32k, 32 x 4k, 64 x 8k, G2 32 x 4k and 64 x 8k), and
-/// the short splits, the grids of four waves or more and fp8 slower (NOTES "v18").
-pub fn default_pipe_mode(key_rows: bool, kv_bytes: u32, stages: u32, split_len: u32, waves: u64) -> u32 {
-    let block_barrier = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2;
+/// the short splits, the grids of four waves or more, fp8 and pages of one token slower (32 x 4k
+/// with pages of one token 140.5 -> 192.1 µs; pages of 8 ran 1.01x FlashInfer with it; NOTES
+/// "v18").
+pub fn default_pipe_mode(
+    key_rows: bool,
+    kv_bytes: u32,
+    stages: u32,
+    split_len: u32,
+    waves: u64,
+    page_size: u32,
+) -> u32 {
+    let block_barrier = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2 && page_size >= 8;
     if block_barrier {
         0
     } else {
@@ -1065,7 +1074,7 @@ fn plan_launch(
         (_, Some(mode)) => mode,
         (_, None) => {
             let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
-            default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves)
+            default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves, spec.page_size)
         }
     };
     Ok(LaunchPlan::Direct(DirectPlan {
@@ -1772,14 +1781,17 @@ mod tests {
     fn block_barrier_only_for_long_key_rows_splits_of_short_grids() {
         // H200 decode cells (16-bit KV, key rows, three stages): 32 x 4k one wave of 4k-key rows,
         // 64 x 8k two waves, 1 x 32k splits of 1024 keys: the block barrier.
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1), 0);
-        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2), 0);
-        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 16), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1, 16), 0);
         // 128 x 2k (four waves), 4 x 2k (256-key splits), two stages, fp8, head rows: per key group.
-        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4), 1);
-        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1), 1);
-        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1), 1);
-        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1), 1);
-        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4, 16), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 16), 1);
+        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1, 16), 1);
+        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1, 16), 1);
+        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1, 16), 1);
+        // Pages of one token (32 x 4k: 192.1 µs with the block barrier, 140.5 without); of 8, it.
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8), 0);
     }
 }
