@@ -382,6 +382,9 @@ pub(crate) fn q_as_operand<Q: MmaElement, M: MmaElement, const KSTEPS: usize>(
     (out, factor)
 }
 
+/// The pipelined kernel, in the key-rows layout with `KEY_ROWS` (`paged_attention_key_rows`: a
+/// warp's 16 keys are the mma's rows and the block's query heads, at most
+/// [`KEY_ROWS_MAX_HEADS`], its columns; the host launches it for GQA groups up to 8).
 #[inline(always)]
 unsafe fn rpa_pipelined<
     Q: MmaElement,
@@ -390,29 +393,12 @@ unsafe fn rpa_pipelined<
     const KSTEPS: usize,
     const NTILES: usize,
     const DSPLIT: usize,
+    const KEY_ROWS: bool,
 >(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
-    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, false>(ptr, p)
-}
-
-/// [`rpa_pipelined`] in the key-rows layout (`paged_attention_key_rows`): a warp's 16 keys are
-/// the mma's rows and the block's query heads (at most [`KEY_ROWS_MAX_HEADS`]: the host launches
-/// it for GQA groups up to 8) its columns.
-#[inline(always)]
-unsafe fn rpa_pipelined_kr<
-    Q: MmaElement,
-    KV: StagedKv,
-    const D: usize,
-    const KSTEPS: usize,
-    const NTILES: usize,
-    const DSPLIT: usize,
->(
-    ptr: RpaPointers<Q, KV>,
-    p: RpaParams,
-) {
-    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, true>(ptr, p)
+    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, KEY_ROWS>(ptr, p)
 }
 
 /// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]); with
@@ -812,7 +798,7 @@ macro_rules! rpa_pipe_kernels {
     ($( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
         attention_kernels! { $( $(
             $name: $q, $kv => rpa_pipelined[$d, $d / 16, $d / 8 / pipelined_dim_split($d) as usize,
-                pipelined_dim_split($d) as usize] $(bounds(128, $blocks))?;
+                pipelined_dim_split($d) as usize, false] $(bounds(128, $blocks))?;
         )* )* }
     };
 }
@@ -833,7 +819,7 @@ const _: () = assert!(
 macro_rules! rpa_pipe_kr_kernels {
     ($( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
         attention_kernels! { $( $(
-            $name: $q, $kv => rpa_pipelined_kr[$d, $d / 16, $d / 8, 1] $(bounds(128, $blocks))?;
+            $name: $q, $kv => rpa_pipelined[$d, $d / 16, $d / 8, 1, true] $(bounds(128, $blocks))?;
         )* )* }
     };
 }
