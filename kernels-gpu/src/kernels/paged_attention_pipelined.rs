@@ -646,6 +646,8 @@ unsafe fn rpa_pipelined_on<
     // the 16 `ldmatrix` of a tile was ~5 instructions apiece in the SASS, benchmarks/NOTES.md "v11").
     let k_chunk = k_half ^ chunk_swizzle(k_token, row_chunks);
     let v_chunk = v_half ^ chunk_swizzle(v_token, row_chunks);
+    // The same lane constants for the key-rows layout's loads.
+    let key_rows_lanes = KeyRowsLanes { k_token, k_chunk, v_token, v_chunk, kv_row_bytes };
 
     for i in 0..stages - 1 {
         if i < num_tiles {
@@ -693,11 +695,10 @@ unsafe fn rpa_pipelined_on<
         let v_base = k_base + tile * kv_row_bytes;
 
         if KEY_ROWS {
-            let rows = KeyRowsLanes { k_token, k_chunk, v_token, v_chunk, kv_row_bytes };
-            let mut st = key_rows_logits::<M, KV, KSTEPS>(k_base, &rows, &qb);
+            let mut st = key_rows_logits::<M, KV, KSTEPS>(k_base, &key_rows_lanes, &qb);
             mask_key_rows(&mut st, key0, present, &blk.window, &logit, &p);
             let pt = key_rows_softmax_step::<M, KSTEPS>(&st, logit.exp_scale, &mut m, &mut l, &mut ot);
-            key_rows_accumulate::<M, KV, KSTEPS>(v_base, &rows, pt, &mut ot);
+            key_rows_accumulate::<M, KV, KSTEPS>(v_base, &key_rows_lanes, pt, &mut ot);
             continue;
         }
 

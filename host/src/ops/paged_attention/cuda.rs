@@ -308,9 +308,9 @@ pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 /// The pipelined kernel's pipe mode for a launch unless [`PIPE_MODE_ENV_VAR`] says otherwise:
 /// per-key-group pipelines (1), but a block barrier per tile (0) for the key-rows kernels on
 /// 16-bit KV with three stages or more, splits of 1024 keys or more, a grid of at most two
-/// waves and pages of at least 8 tokens. On an H200 the per-key-group pipelines were 0.5-2 % faster than the block barrier on
-/// most decode cells with the head-rows kernels and 4 % on fp8 64 x 8k (benchmarks/NOTES.md
-/// "v11"); with the key-rows kernels the block barrier runs the long rows of one or two waves
+/// waves and pages of at least 8 tokens. On an H200 the per-key-group pipelines were 0.5-2 %
+/// faster than the block barrier on most decode cells with the head-rows kernels and 4 % on fp8
+/// 64 x 8k (benchmarks/NOTES.md "v11"); with the key-rows kernels the block barrier runs the long rows of one or two waves
 /// 0.8-2.2 % faster (4 x 32k, 16 x 8k, 16 x 32k, 32 x 4k, 64 x 8k, G2 32 x 4k and 64 x 8k), and
 /// the short splits, the grids of four waves or more, fp8 and pages of one token slower (32 x 4k
 /// with pages of one token 140.5 -> 192.1 µs; pages of 8 ran 1.01x FlashInfer with it; NOTES
@@ -426,8 +426,8 @@ fn settings() -> Result<LaunchSettings> {
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
 /// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`],
-/// [`TABLE_PRELOAD_ENV_VAR`] and [`KEY_ROWS_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
-/// call this, or `xgk_reload_settings` from C).
+/// [`TABLE_PRELOAD_ENV_VAR`] and [`KEY_ROWS_ENV_VAR`] (benchmarks switch kernels in one
+/// process: set the variables, then call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
     let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
