@@ -7,7 +7,8 @@ decode for decode cases, `BatchPrefillWithPagedKVCacheWrapper` for prefill cases
 for mixed batches: one prefill wrapper over all rows, or prefill + decode wrappers, the faster
 reported as "flashinfer"; `plan` timed apart); JAX's Pallas GPU `paged_attention` (decode only).
 Every implementation is checked against a float32 reference (up to 4 sampled sequences a case, up
-to 256 sampled rows a sequence) before it is timed; a failing one is reported and not timed.
+to 256 sampled rows a sequence) before it is timed; a failing one is reported and not timed
+(`PEERS_TIME_WRONG=1` times it anyway, for experiment builds that skip part of the work).
 Timing: CUDA events around replays of a CUDA graph of 10 calls (1 call when a call takes over a
 millisecond; torch implementations: the kernels' time, no host cost per call; `--eager`: events
 around each eager call), or wall clock over back-to-back jitted calls (JAX: includes JAX's
@@ -23,6 +24,7 @@ call, whose small cells then find their KV in L2 after the first.
 
     python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|all [--geometry G1..G4]
         [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
+        [--cells 1x16384,1x32768:float8_e4m3fn]  (decode cells in place of the suite's)
 
 Writes FILE.json and FILE.png (default `benchmarks/results/peers-<suite>-<geometry>-<gpu>-<date>.*`)
 and prints a table last. `benchmarks/peers_table.py FILE.json` renders the Markdown table.
@@ -123,6 +125,15 @@ def causal_flops(case):
     """4·q_heads·dim per visible (row, key) pair; without a window Σ_i q_i·kv_i − q_i(q_i−1)/2."""
     hq, _, d, _, window = GEOMETRIES[case.geometry]
     return 4 * hq * d * sum(visible_keys(q, kv, window) for q, kv in case.seqs)
+
+
+def decode_cell(spec, geometry):
+    """A decode cell from `BxCTX[:KV_DTYPE]` (`--cells`): B rows of CTX keys each."""
+    shape, _, kv_dtype = spec.partition(":")
+    b, ctx = (int(x) for x in shape.split("x"))
+    kv_dtype = kv_dtype or "bfloat16"
+    suffix = "" if kv_dtype == "bfloat16" else f" {kv_dtype}"
+    return Case(f"{geometry} decode {b}x{ctx}{suffix}", geometry, [(1, ctx)] * b, kv_dtype=kv_dtype)
 
 
 def suite_cases(suite, quick, geometry):
@@ -760,7 +771,10 @@ def run_case(case, ci, impls, copy_gbs):
             if not rel <= tol:
                 case.results[name]["error"] = f"rel L2 error {rel:.3g} > {tol} (max abs {mabs:.3g})"
                 print(f"[{case.name}] {name} WRONG: rel L2 {rel:.3g}, max abs {mabs:.3g}", flush=True)
-                continue
+                # An experiment build that skips part of the work on purpose (its timing says what
+                # that part costs) is timed anyway when asked; its result keeps the error.
+                if os.environ.get("PEERS_TIME_WRONG") != "1":
+                    continue
             timers[name] = timer
             if call is not None:
                 calls[name] = call
@@ -911,6 +925,9 @@ def main():
                     help="skip the profiler's per-call device busy time (kernel_us)")
     ap.add_argument("--quick", action="store_true", help="a small subset of the suite")
     ap.add_argument("--filter", default=None, help="only cases whose name contains one of these (comma separated)")
+    ap.add_argument("--cells", default=None,
+                    help="decode cells in place of the suite's: BxCTX[:KV_DTYPE], comma separated (e.g. "
+                         "1x16384,1x32768:float8_e4m3fn)")
     ap.add_argument("--out", default=None, help="result file (.json; the plot goes next to it as .png)")
     ap.add_argument("--rederive", metavar="FILE.json", default=None,
                     help="no run: recompute a result file's derived figures (ratios) and redraw its plot")
@@ -956,6 +973,8 @@ def main():
     print(f"{gpu}; copy bandwidth {copy_gbs:.0f} GB/s; implementations {[i.name for i in impls]}", flush=True)
 
     cases, dropped = suite_cases(args.suite, args.quick, args.geometry)
+    if args.cells:
+        cases = [decode_cell(c, args.geometry) for c in args.cells.split(",")]
     if dropped:
         notes.append(f"not run (over {MAX_KV_BYTES >> 30} GiB of KV): {', '.join(dropped)}")
     if args.filter:
