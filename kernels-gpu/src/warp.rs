@@ -62,6 +62,31 @@ pub fn warp_sum_f32(mut value: f32) -> f32 {
     value
 }
 
+/// Maximum of `value` over the lanes whose ids differ from this lane's only in the bits of
+/// `lane_masks` (one XOR shuffle per mask, in order; masks of distinct single bits: `[1, 2]` is a
+/// quad, `[4, 8, 16]` the eight lanes `l % 4` has in common). Every lane of the full warp must
+/// make the same call.
+#[inline(always)]
+pub fn butterfly_max_f32<const N: usize>(mut value: f32, lane_masks: [u32; N]) -> f32 {
+    let mut i = 0;
+    while i < N {
+        value = crate::math::max_f32(value, warp_shuffle_xor_f32(FULL_MASK, value, lane_masks[i], WARP_SIZE).0);
+        i += 1;
+    }
+    value
+}
+
+/// Sum of `value` over the lanes [`butterfly_max_f32`] takes the maximum of.
+#[inline(always)]
+pub fn butterfly_sum_f32<const N: usize>(mut value: f32, lane_masks: [u32; N]) -> f32 {
+    let mut i = 0;
+    while i < N {
+        value += warp_shuffle_xor_f32(FULL_MASK, value, lane_masks[i], WARP_SIZE).0;
+        i += 1;
+    }
+    value
+}
+
 /// Maximum of `value` over the 32 lanes of a full warp; every lane gets the result.
 #[inline(always)]
 pub fn warp_max_f32(mut value: f32) -> f32 {

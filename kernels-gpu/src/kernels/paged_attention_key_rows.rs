@@ -17,7 +17,7 @@
 use crate::attention::{RowWindow, RpaParams};
 use crate::math::{exp2_approx, fma_f32, max_f32};
 use crate::mma::{movmatrix_trans, MmaElement};
-use crate::warp::{lane_id, warp_any, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
+use crate::warp::{butterfly_max_f32, butterfly_sum_f32, lane_id, warp_any};
 
 use super::paged_attention_mma::{range_bits, LogitScale, MMA_HEADS_PER_BLOCK, RESCALE_THRESHOLD_LOG2};
 use super::unroll;
@@ -30,17 +30,13 @@ pub const KEY_ROWS_MAX_HEADS: u32 = 8;
 /// ..., `c + 28`.
 #[inline(always)]
 fn column_max(v: f32) -> f32 {
-    let v = max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 4, WARP_SIZE).0);
-    let v = max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 8, WARP_SIZE).0);
-    max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 16, WARP_SIZE).0)
+    butterfly_max_f32(v, [4, 8, 16])
 }
 
 /// Sum over the 8 lanes that hold one head of an accumulator.
 #[inline(always)]
 fn column_sum(v: f32) -> f32 {
-    let v = v + warp_shuffle_xor_f32(FULL_MASK, v, 4, WARP_SIZE).0;
-    let v = v + warp_shuffle_xor_f32(FULL_MASK, v, 8, WARP_SIZE).0;
-    v + warp_shuffle_xor_f32(FULL_MASK, v, 16, WARP_SIZE).0
+    butterfly_sum_f32(v, [4, 8, 16])
 }
 
 /// q as the B operand of `Sᵀ = K Qᵀ` from its A fragments in the head-rows layout
@@ -68,10 +64,7 @@ pub(crate) fn mask_key_rows(
     logit: &LogitScale,
     p: &RpaParams,
 ) {
-    // Branches outside the elements (per element, ptxas keeps them as branches).
-    if p.soft_cap != 0.0 || !logit.keeps_raw() {
-        unroll::<4>(|e| s[e] = logit.transform(s[e], p));
-    }
+    logit.transform_tiles(core::array::from_mut(s), p);
     let interior = key0 >= win.first && key0 + 16 <= win.end && present & 0xffff == 0xffff;
     if !interior {
         let g = lane_id() / 4;

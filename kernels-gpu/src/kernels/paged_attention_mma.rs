@@ -18,7 +18,7 @@ use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::dynamic_shared_mem;
 use crate::thread::{sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_any, warp_shuffle_xor_f32, FULL_MASK, WARP_SIZE};
+use crate::warp::{butterfly_max_f32, butterfly_sum_f32, lane_id, warp_any, WARP_SIZE};
 
 use super::paged_attention::{
     attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, WarpStates, RPA_THREADS,
@@ -72,15 +72,13 @@ unsafe fn v_elem<KV: KvElement>(row: Option<*const KV>, dim: usize, p: &RpaParam
 /// Maximum over the 4 lanes of a quad (the lanes holding one row of an mma accumulator).
 #[inline(always)]
 pub(crate) fn quad_max(v: f32) -> f32 {
-    let v = max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 1, WARP_SIZE).0);
-    max_f32(v, warp_shuffle_xor_f32(FULL_MASK, v, 2, WARP_SIZE).0)
+    butterfly_max_f32(v, [1, 2])
 }
 
 /// Sum over the 4 lanes of a quad.
 #[inline(always)]
 pub(crate) fn quad_sum(v: f32) -> f32 {
-    let v = v + warp_shuffle_xor_f32(FULL_MASK, v, 1, WARP_SIZE).0;
-    v + warp_shuffle_xor_f32(FULL_MASK, v, 2, WARP_SIZE).0
+    butterfly_sum_f32(v, [1, 2])
 }
 
 /// The block's query heads as the A operand of `S = Q Kᵀ` (tile rows are heads `h0 + row`; rows
@@ -407,23 +405,16 @@ impl LogitScale {
         m * (self.exp_scale * (1.0 / LOG2_E))
     }
 
-    /// A raw `q · k` in these units before the masks: soft capped (log2 units), scaled where the
-    /// logits are not kept raw, else as it is.
+    /// Raw `q · k` logits in these units before the masks, in place: soft capped (log2 units),
+    /// scaled where the logits are not kept raw, else left as they are. The branch is taken once
+    /// for all the elements (per element, ptxas keeps it as branches).
     #[inline(always)]
-    pub(crate) fn transform(&self, raw: f32, p: &RpaParams) -> f32 {
+    pub(crate) fn transform_tiles<const N: usize>(&self, s: &mut [[f32; 4]; N], p: &RpaParams) {
         if p.soft_cap != 0.0 {
-            self.cap_log2 * tanh_fast(raw * self.scale_over_cap)
+            unroll::<N>(|nt| unroll::<4>(|e| s[nt][e] = self.cap_log2 * tanh_fast(s[nt][e] * self.scale_over_cap)));
         } else if !self.raw {
-            raw * self.scale_log2
-        } else {
-            raw
+            unroll::<N>(|nt| unroll::<4>(|e| s[nt][e] *= self.scale_log2));
         }
-    }
-
-    /// Whether logits stay raw `q · k` (the scale in the softmax's exponent).
-    #[inline(always)]
-    pub(crate) fn keeps_raw(&self) -> bool {
-        self.raw
     }
 
     /// What a masked key that counts adds to its logit, in these units.
@@ -459,11 +450,7 @@ pub(crate) fn mask_logits<const KN: usize, const PW: usize>(
     const { assert!(PW == KN.div_ceil(4), "one presence word per four n-tiles") };
     let cq = (lane_id() % 4) as usize;
     let include_masked = p.include_masked != 0;
-    if p.soft_cap != 0.0 {
-        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] = logit.cap_log2 * tanh_fast(s[nt][e] * logit.scale_over_cap)));
-    } else if !logit.raw {
-        unroll::<KN>(|nt| unroll::<4>(|e| s[nt][e] *= logit.scale_log2));
-    }
+    logit.transform_tiles(s, p);
     // Masks, unless every key is visible to every row of the warp (most tiles of a long row).
     let mut all_present = true;
     unroll::<PW>(|w| {

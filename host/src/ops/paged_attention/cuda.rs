@@ -254,10 +254,15 @@ pub const MIN_SPLIT_TILES_ENV_VAR: &str = "XGK_RPA_MIN_SPLIT_TILES";
 
 /// A whole number in `range` from environment variable `var`, `default` when it is unset or empty.
 fn bounded_from_env(var: &str, default: u32, range: std::ops::RangeInclusive<u32>) -> Result<u32> {
+    Ok(optional_bounded_from_env(var, range)?.unwrap_or(default))
+}
+
+/// A whole number in `range` from environment variable `var`, None when it is unset or empty.
+fn optional_bounded_from_env(var: &str, range: std::ops::RangeInclusive<u32>) -> Result<Option<u32>> {
     match std::env::var(var) {
-        Err(_) => Ok(default),
-        Ok(v) if v.is_empty() => Ok(default),
-        Ok(v) => v.parse::<u32>().ok().filter(|n| range.contains(n)).ok_or_else(|| {
+        Err(_) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => v.parse::<u32>().ok().filter(|n| range.contains(n)).map(Some).ok_or_else(|| {
             crate::Error::invalid(format!(
                 "{var}={v:?}: expected a whole number from {} to {}",
                 range.start(),
@@ -448,10 +453,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         },
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
-        pipe_mode: match std::env::var(PIPE_MODE_ENV_VAR).as_deref() {
-            Err(_) | Ok("") => None,
-            Ok(_) => Some(bounded_from_env(PIPE_MODE_ENV_VAR, 1, 0..=1)?),
-        },
+        pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
@@ -978,9 +980,9 @@ fn plan_launch(
         }
     }
     let group = spec.num_q_heads / spec.num_kv_heads;
+    let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
     let (heads_per_block, threads, mut shared_bytes, mut stages) = match kernel {
         KernelChoice::Pipelined => {
-            let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
             let settings = settings()?;
             let tile_keys = pipelined_tile_keys(spec.head_dim);
             let threads = pipelined_threads(tile_keys, pipelined_dim_split(spec.head_dim));
@@ -1013,7 +1015,6 @@ fn plan_launch(
         let settings = settings()?;
         let mut s;
         (s, waves) = plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
-        let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
         if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
             if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
@@ -1072,10 +1073,7 @@ fn plan_launch(
     let pipe_mode = match (stages, settings()?.pipe_mode) {
         (0, _) => 0,
         (_, Some(mode)) => mode,
-        (_, None) => {
-            let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
-            default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves, spec.page_size)
-        }
+        (_, None) => default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves, spec.page_size),
     };
     Ok(LaunchPlan::Direct(DirectPlan {
         name: kernel_name(spec, kernel),
