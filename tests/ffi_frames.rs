@@ -43,7 +43,7 @@ fn metadata_probe_reports_api_version_0_1_and_touches_nothing_else() {
 
 #[test]
 fn simple_add_host_handler_adds_every_dtype() {
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         for n in [0usize, 1, 7, 1000, 4099] {
             let a_vals: Vec<f64> = (0..n).map(|_| rng.gen_range(-100.0..100.0)).collect();
@@ -151,7 +151,7 @@ fn pa_frame(case: &mut Case, out: &mut [u8]) -> FrameBuilder {
 
 #[test]
 fn paged_attention_host_handler_decodes_attributes_of_any_width() {
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let mut case = random_case(&mut rng, DType::BF16, DType::F8E4M3FN, 128, 2, 2, 8, &[(4, 30), (1, 17)], 3);
     case.sliding_window = Some(9);
     case.soft_cap = Some(25.0);
@@ -172,7 +172,7 @@ fn paged_attention_host_handler_decodes_attributes_of_any_width() {
 
 #[test]
 fn paged_attention_rejects_bad_attributes_and_shapes() {
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let mut case = random_case(&mut rng, DType::F16, DType::F16, 64, 1, 4, 4, &[(2, 9)], 0);
     let mut out = vec![0u8; case.out_bytes()];
     let checks: Vec<(FrameBuilder, &str)> = vec![
@@ -203,7 +203,7 @@ fn paged_attention_rejects_bad_attributes_and_shapes() {
 
 #[test]
 fn paged_attention_workspace_result_must_be_u8_vector() {
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let mut case = random_case(&mut rng, DType::F16, DType::F16, 64, 1, 4, 4, &[(2, 9)], 0);
     let (qd, kvd) = (case.q_dims(), case.kv_dims());
     let mut out = vec![0u8; case.out_bytes()];
@@ -285,7 +285,7 @@ fn legacy_entry_points_report_malformed_opaques_through_the_status() {
 /// cause, and the process goes on: the next call works.
 #[test]
 fn cuda_handlers_without_driver_or_context_return_errors() {
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let mut case = random_case(&mut rng, DType::BF16, DType::BF16, 64, 1, 2, 4, &[(2, 9)], 0);
     let mut out = vec![0u8; case.out_bytes()];
     for _ in 0..3 {

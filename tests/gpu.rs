@@ -91,7 +91,7 @@ impl CaseInputs {
 #[ignore = "needs a CUDA GPU"]
 fn simple_add_matches_cpu_for_every_dtype_size_and_alignment() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let elem = dtype.size_bytes().unwrap();
         for n in [1usize, 3, 17, 255, 1000, 4097, (1 << 20) + 5, 10_000_019] {
@@ -207,7 +207,7 @@ fn run_gpu_on(
 #[ignore = "needs a CUDA GPU"]
 fn paged_attention_matches_cpu_over_the_feature_matrix() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let dtypes = [
         (DType::F32, DType::F32),
         (DType::F16, DType::F16),
@@ -280,7 +280,7 @@ fn paged_attention_matches_cpu_over_the_feature_matrix() {
 /// contexts long enough to split (split and tile boundaries anywhere, invalid-free pages only).
 fn check_pipelined_cases(cases: usize, long_contexts: bool) {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let page_sizes = [1, 3, 8, 16, 32, 64, 128, 256];
     let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4), (1, 32)];
     let mut worst = 0.0f64;
@@ -377,7 +377,7 @@ fn pipelined_kernel_matches_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn pipelined_stage_counts_match_cpu() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let seqs: &[(usize, usize)] = &[(1, 5000), (1, 130), (2, 700), (1, 1)];
     let cases = [
         random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, seqs, 1),
@@ -433,7 +433,7 @@ fn pipelined_stage_counts_match_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn pipelined_cluster_and_kernel_merges_match_cpu() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let mut cases = Vec::new();
     for i in 0..12 {
         let (q_dtype, kv_dtype, head_dim) = match i % 4 {
@@ -536,7 +536,7 @@ fn check_tiled_cases(cases: usize, big: bool) {
 
 fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     // The warp-specialized kernel's bulk copies move 16-key blocks of a page.
     let page_sizes: &[usize] = if kernel == KernelChoice::TiledWarpSpecialized {
         &[16, 32, 64, 128, 256, 48]
@@ -640,7 +640,7 @@ fn tiled_kernel_small_cases() {
 #[ignore = "needs a CUDA GPU"]
 fn paged_attention_long_context_128k() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     // One 128k-token sequence (decode + a 3-row chunk) beside a short one: split-KV path.
     let mut case =
         random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
@@ -658,7 +658,7 @@ fn paged_attention_long_context_128k() {
 #[ignore = "needs a CUDA GPU"]
 fn paged_attention_invalid_metadata_stays_in_bounds() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let base = random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(3, 300), (1, 2000), (5, 40)], 3);
     let mut cases = vec![("valid", base.clone())];
     let mut c = base.clone();
@@ -705,7 +705,7 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
 #[ignore = "needs a CUDA GPU"]
 fn paged_attention_workspace_modes_agree() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let cases = [
         // decode at batch 1 over a long context: many splits
         random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 9000)], 1),
@@ -785,7 +785,7 @@ fn with_programmatic_launch<R>(on: bool, f: impl FnOnce() -> R) -> R {
 #[ignore = "needs a CUDA GPU"]
 fn ptx_images_and_programmatic_launch_agree() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let loaded = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
     let portable = unsafe { portable_kernels().for_stream(stream.cu_stream()) }.unwrap();
     println!(
@@ -848,7 +848,7 @@ fn ptx_images_and_programmatic_launch_agree() {
 #[ignore = "needs a CUDA GPU"]
 fn programmatic_launches_chained_through_data_match_cpu() {
     let stream = gpu();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let cases = [
         // split kernel + merge
         random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 9000), (1, 3000)], 1),
@@ -894,7 +894,7 @@ fn programmatic_launches_chained_through_data_match_cpu() {
 fn scratch_allocation_failure_is_an_error_and_the_next_call_works() {
     let stream = gpu();
     stream.context().bind_to_thread().unwrap();
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     // Batch 1 over 20k keys: the launch splits the keys and needs scratch for the partials.
     let case = random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 20_000)], 1);
     assert!(workspace_bytes_with(&KERNELS, 0, &case.spec(), KernelChoice::Auto).unwrap() > 0, "the case must split");
@@ -967,7 +967,7 @@ fn wgmma_primitives_match_cpu() {
         "the wgmma self-test needs the sm_90a image (a Hopper GPU); this context loaded {}",
         module.image.arch
     );
-    let mut rng = StdRng::from_entropy();
+    let mut rng = seeded_rng();
     let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
     let value = |bits: u16| half::bf16::from_bits(bits).to_f64();
     // (mode, m, n, k, b stored as [n][k] (K-major) or [k][n], candidate (leading, stride) offsets).

@@ -297,6 +297,18 @@ impl Case {
     }
 }
 
+/// Environment variable that replays a test's random inputs: the seed its output printed.
+pub const TEST_SEED_ENV_VAR: &str = "XGK_TEST_SEED";
+
+/// The generator of a test's fresh random inputs: seeded from [`TEST_SEED_ENV_VAR`] when set, else
+/// from the OS, and the seed printed (cargo shows a failing test's output), so that every failure
+/// names the seed that replays it (`XGK_TEST_SEED=<seed> cargo test ... -- --exact <test>`).
+pub fn seeded_rng() -> StdRng {
+    let seed: u64 = std::env::var(TEST_SEED_ENV_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    println!("random inputs from {TEST_SEED_ENV_VAR}={seed}");
+    StdRng::seed_from_u64(seed)
+}
+
 /// Tolerance per output dtype: |got - want| <= atol + rtol * |want|.
 pub fn tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
