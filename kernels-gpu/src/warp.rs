@@ -53,13 +53,8 @@ pub fn warp_shuffle_xor_f32(mask: u32, value: f32, lane_mask: u32, width: u32) -
 
 /// Sum of `value` over the 32 lanes of a full warp; every lane gets the result.
 #[inline(always)]
-pub fn warp_sum_f32(mut value: f32) -> f32 {
-    let mut offset = WARP_SIZE / 2;
-    while offset > 0 {
-        value += warp_shuffle_xor_f32(FULL_MASK, value, offset, WARP_SIZE).0;
-        offset /= 2;
-    }
-    value
+pub fn warp_sum_f32(value: f32) -> f32 {
+    butterfly_sum_f32(value, [16, 8, 4, 2, 1])
 }
 
 /// Maximum of `value` over the lanes whose ids differ from this lane's only in the bits of
@@ -89,13 +84,8 @@ pub fn butterfly_sum_f32<const N: usize>(mut value: f32, lane_masks: [u32; N]) -
 
 /// Maximum of `value` over the 32 lanes of a full warp; every lane gets the result.
 #[inline(always)]
-pub fn warp_max_f32(mut value: f32) -> f32 {
-    let mut offset = WARP_SIZE / 2;
-    while offset > 0 {
-        value = crate::math::max_f32(value, warp_shuffle_xor_f32(FULL_MASK, value, offset, WARP_SIZE).0);
-        offset /= 2;
-    }
-    value
+pub fn warp_max_f32(value: f32) -> f32 {
+    butterfly_max_f32(value, [16, 8, 4, 2, 1])
 }
 
 /// `__ballot_sync(FULL_MASK, predicate)`: bit `l` is set when lane `l`'s predicate is true.
