@@ -51,12 +51,6 @@ pub fn warp_shuffle_xor_f32(mask: u32, value: f32, lane_mask: u32, width: u32) -
     }
 }
 
-/// Sum of `value` over the 32 lanes of a full warp; every lane gets the result.
-#[inline(always)]
-pub fn warp_sum_f32(value: f32) -> f32 {
-    butterfly_sum_f32(value, [16, 8, 4, 2, 1])
-}
-
 /// Maximum of `value` over the lanes whose ids differ from this lane's only in the bits of
 /// `lane_masks` (one XOR shuffle per mask, in order; masks of distinct single bits: `[1, 2]` is a
 /// quad, `[4, 8, 16]` the eight lanes `l % 4` has in common). Every lane of the full warp must
@@ -80,6 +74,12 @@ pub fn butterfly_sum_f32<const N: usize>(mut value: f32, lane_masks: [u32; N]) -
         i += 1;
     }
     value
+}
+
+/// Sum of `value` over the 32 lanes of a full warp; every lane gets the result.
+#[inline(always)]
+pub fn warp_sum_f32(value: f32) -> f32 {
+    butterfly_sum_f32(value, [16, 8, 4, 2, 1])
 }
 
 /// Maximum of `value` over the 32 lanes of a full warp; every lane gets the result.

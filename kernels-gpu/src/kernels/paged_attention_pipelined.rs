@@ -793,13 +793,15 @@ unsafe fn rpa_pipelined_on<
     merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
 }
 
-/// One pipelined kernel per (q dtype, KV dtype, head_dim): `rpa_pipe_<q>_<kv>_d<D>`; `@ M`
-/// compiles it for M resident blocks of its 128 threads.
+/// One pipelined kernel per (q dtype, KV dtype, head_dim) in the layout `key_rows` says:
+/// `rpa_pipe_<q>_<kv>_d<D>` (heads as the mma's rows) or `rpa_pipe_kr_<q>_<kv>_d<D>` (keys as its
+/// rows, GQA groups up to 8; head_dim 64 and 128, whose dim split is 1); `@ M` compiles it for M
+/// resident blocks of its 128 threads.
 macro_rules! rpa_pipe_kernels {
-    ($( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
+    (key_rows = $key_rows:literal; $( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
         attention_kernels! { $( $(
             $name: $q, $kv => rpa_pipelined[$d, $d / 16, $d / 8 / pipelined_dim_split($d) as usize,
-                pipelined_dim_split($d) as usize, false] $(bounds(128, $blocks))?;
+                pipelined_dim_split($d) as usize, $key_rows] $(bounds(128, $blocks))?;
         )* )* }
     };
 }
@@ -816,16 +818,8 @@ const _: () = assert!(
 // blocks per SM), so that fp8's 16 KiB stages and 16-bit KV's two 32 KiB stages (the long-grid
 // rule) run three blocks per SM (benchmarks/NOTES.md "v9", "v10"). ptxas keeps one value
 // on the stack across the tile loop (stored before it, loaded after it).
-/// The key-rows pipelined kernels (GQA groups up to 8): `rpa_pipe_kr_<q>_<kv>_d<D>`.
-macro_rules! rpa_pipe_kr_kernels {
-    ($( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
-        attention_kernels! { $( $(
-            $name: $q, $kv => rpa_pipelined[$d, $d / 16, $d / 8, 1, true] $(bounds(128, $blocks))?;
-        )* )* }
-    };
-}
-
 rpa_pipe_kernels! {
+    key_rows = false;
     f16, f16 => rpa_pipe_f16_f16_d64 64, rpa_pipe_f16_f16_d128 128 @ 3, rpa_pipe_f16_f16_d256 256;
     f16, F8E4M3 => rpa_pipe_f16_e4m3_d64 64, rpa_pipe_f16_e4m3_d128 128 @ 3;
     f16, F8E5M2 => rpa_pipe_f16_e5m2_d64 64, rpa_pipe_f16_e5m2_d128 128 @ 3;
@@ -836,7 +830,8 @@ rpa_pipe_kernels! {
 
 // Key rows: half the registers of the head-rows layout's q fragments and accumulators, so the
 // head_dim-128 kernels are compiled for four blocks per SM (128 registers).
-rpa_pipe_kr_kernels! {
+rpa_pipe_kernels! {
+    key_rows = true;
     f16, f16 => rpa_pipe_kr_f16_f16_d64 64, rpa_pipe_kr_f16_f16_d128 128 @ 4;
     f16, F8E4M3 => rpa_pipe_kr_f16_e4m3_d64 64, rpa_pipe_kr_f16_e4m3_d128 128 @ 4;
     f16, F8E5M2 => rpa_pipe_kr_f16_e5m2_d64 64, rpa_pipe_kr_f16_e5m2_d128 128 @ 4;
