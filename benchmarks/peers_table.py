@@ -38,9 +38,11 @@ def cell(case: dict, res: dict | None, key: str = "median_us") -> str:
     if key not in res or "median_us" not in res:
         return "error" if "median_us" not in res else "—"
     scale = res["median_us"] / res[key]  # the derived figures are per median
+    # A result timed though its check failed (`PEERS_TIME_WRONG`, experiment builds) says so.
+    wrong = " wrong" if "check_error" in res else ""
     if kind(case) == "decode":
-        return f"{res[key]:.1f} ({100 * res['copy_fraction'] * scale:.0f} %)"
-    return f"{res[key]:.1f} ({res['TFLOPs'] * scale:.0f} TFLOP/s)"
+        return f"{res[key]:.1f} ({100 * res['copy_fraction'] * scale:.0f} %){wrong}"
+    return f"{res[key]:.1f} ({res['TFLOPs'] * scale:.0f} TFLOP/s){wrong}"
 
 
 def columns(cases: list, names: list) -> list:
@@ -119,8 +121,9 @@ def fixed_width(result: dict) -> str:
         out.append(f"{c['name']:<{width}}  " + "  ".join(row) + f"  {x:>6}")
         for note in c["notes"]:
             out.append(f"{'':<{width}}  note: {note}")
-    for n, c in ((n, c) for c in cases for n, r in c["results"].items() if "error" in r):
-        out.append(f"error {c['name']} / {n}: {c['results'][n]['error'][:200]}")
+    for key in ("error", "check_error"):
+        for n, c in ((n, c) for c in cases for n, r in c["results"].items() if key in r):
+            out.append(f"{key} {c['name']} / {n}: {c['results'][n][key][:200]}")
     line = summary(cases, ours, peers)
     if line:
         out.append(line)
