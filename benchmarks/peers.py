@@ -22,7 +22,7 @@ call is eager and finds the L2 cold (a read of twice its size before each, then 
 hides the host's cost per call), for every implementation alike; the default replays the same
 call, whose small cells then find their KV in L2 after the first.
 
-    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|all [--geometry G1..G4]
+    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|mixparts|all [--geometry G1..G4]
         [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
         [--cells 1x16384,1x32768:float8_e4m3fn]  (decode cells in place of the suite's)
 
@@ -180,6 +180,15 @@ def suite_cases(suite, quick, geometry):
         if quick:
             prefill = [prefill[0], prefill[4], prefill[5]]
         cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in prefill]
+    if suite == "mixparts":
+        # The two mixes' prefill and decode rows apart: where a mix's time goes, kernel by kernel.
+        rng = np.random.default_rng(2)
+        mix16 = [(128, int(x)) for x in rng.integers(2048, 8192 + 1, 16)] + \
+                [(1, int(x)) for x in rng.integers(2048, 8192 + 1, 240)]
+        mix4 = [(256, 2048)] * 4 + [(1, 1024 + 24 * i) for i in range(124)]
+        for name, seqs in (("mix 4q256s2k", mix4), ("mix 16q128", mix16)):
+            cases.append(Case(f"{geometry} {name} prefill rows", geometry, [s for s in seqs if s[0] > 1]))
+            cases.append(Case(f"{geometry} {name} decode rows", geometry, [s for s in seqs if s[0] == 1]))
     for c in cases:
         if bytes_min(c) > MAX_KV_BYTES:
             dropped.append(c.name)
@@ -909,7 +918,7 @@ def plot(result, path):
 def main():
     global USE_GRAPHS, KERNEL_TIME, COLD_L2
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "all"])
+    ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "mixparts", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
     ap.add_argument("--variants", default="auto",
                     help="ours' kernels, comma separated: auto,tiled,tiled-wgmma,pipelined,mma,general, each with "
