@@ -462,6 +462,7 @@ VARIANT_OPTIONS = {
     "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 last block
     "tp": "XGK_RPA_TABLE_PRELOAD",     # first tiles' page-table entries loaded with the row: 0 off, 1 on
     "kr": "XGK_RPA_KEY_ROWS",          # keys as mma rows (groups <= 8): 0 never, 1 16-bit KV, 2 fp8 too
+    "da": "XGK_RPA_DECODE_APART",      # a mixed batch's decode rows in the decode kernel: 0 off, 1 on
 }
 
 
@@ -481,7 +482,7 @@ class Ours:
     """Our torch op with one kernel variant: `auto`, `tiled`, `tiled-wgmma` (sm_90a), `pipelined`,
     `mma` or `general`, then options after colons: `nopdl` for launches without programmatic
     dependent launch (`XGK_PDL=0`), or a `VARIANT_OPTIONS` prefix with a number (`h<N>`, `ms<N>`,
-    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `pm<N>`, `mm<N>`: see the table for their
+    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `pm<N>`, `mm<N>`, `tp<N>`, `kr<N>`, `da<N>`: see the table for their
     variables). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):

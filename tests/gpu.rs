@@ -13,10 +13,10 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use kernels_gpu::kernels::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_tile_keys};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
-    key_rows_applies, launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies, tiled_applies,
-    tiled_ws_applies, workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace, CLUSTER_MERGE_ENV_VAR,
-    KEY_ROWS_ENV_VAR, MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR,
-    PROGRAMMATIC_LAUNCH_ENV_VAR,
+    decode_apart_applies, key_rows_applies, launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies,
+    tiled_applies, tiled_ws_applies, workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace,
+    CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KEY_ROWS_ENV_VAR, MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR,
+    PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
@@ -691,11 +691,83 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
     cases.push(("q_len > kv_len", c));
     for (label, case) in &cases {
         let cpu = case.cpu_output();
-        for kernel in kernels_for(case) {
+        // Auto runs this mix's decode sequences apart (`decode_rows_apart_match_cpu`).
+        for kernel in [KernelChoice::Auto].into_iter().chain(kernels_for(case)) {
             compare(case, &run_gpu(&stream, case, kernel), &cpu, &format!("{label} {kernel:?}"));
         }
     }
     println!("{} invalid-metadata cases stayed in bounds and matched the CPU", cases.len());
+}
+
+/// A mixed batch's decode sequences apart (Auto, `XGK_RPA_DECODE_APART`): the pipelined kernel on
+/// a grid of sequences over the one-row ones (split in clusters where long, on Hopper), a tile
+/// kernel over the other rows (the warp-specialized one where it applies on Hopper, the wgmma or
+/// mma.sync tiles elsewhere). Both images; the setting on and off; empty sequence slots, padding
+/// rows, speculative rows (short tile items), windows and soft caps; and decreasing `cu_q_lens`,
+/// whose plan fallback gives every row back to the tile kernel.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn decode_rows_apart_match_cpu() {
+    let stream = gpu();
+    let mut rng = seeded_rng();
+    let modules: [(&str, &KernelModule); 2] = [("default image", &KERNELS), ("portable image", portable_kernels())];
+    let (mut runs, mut worst) = (0, 0.0f64);
+    for i in (0..30).step_by(case_stride()) {
+        let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let head_dim = [128, 64, 256][i % 3];
+        let page_size = [16, 32, 8, 64, 128][(i / 3) % 5];
+        let (nkv, group) = [(2, 4), (1, 8), (4, 1), (2, 2), (1, 16)][i % 5];
+        let n = rng.gen_range(3..14);
+        let mut seqs: Vec<(usize, usize)> = (0..n)
+            .map(|_| match rng.gen_range(0..7) {
+                0 => (rng.gen_range(2..5), rng.gen_range(4..400)), // speculative rows
+                1 => {
+                    let q = rng.gen_range(5..50); // a prefill chunk
+                    (q, q + rng.gen_range(0..300))
+                }
+                2 => (1, rng.gen_range(2000..7000)), // a long decode row: split
+                3 => (1, 0),                         // an empty context
+                _ => (1, rng.gen_range(1..800)),
+            })
+            .collect();
+        seqs[0] = (rng.gen_range(5..40), rng.gen_range(40..300));
+        seqs.shuffle(&mut rng);
+        let pad = rng.gen_range(0..20);
+        let mut case = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        match i % 4 {
+            1 => case.sliding_window = Some(rng.gen_range(1..500)),
+            2 => case.soft_cap = Some(30.0),
+            _ => {}
+        }
+        let fallback = i % 7 == 6;
+        if fallback {
+            case.cu_q_lens.swap(1, 2); // decreasing: the tile plan's fallback
+        }
+        let cpu = case.cpu_output();
+        let label = |how: &str| {
+            format!("case {i} {how}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}")
+        };
+        for (image, module) in modules {
+            let ctx = unsafe { module.for_stream(stream.cu_stream()) }.unwrap();
+            if !decode_apart_applies(&ctx, &case.spec()).unwrap() {
+                // Only head_dim 256 where the warp-specialized kernel does not apply (the portable
+                // image, pages not of whole 16-key blocks): no tile kernel of that head_dim there.
+                let ws = ctx.image.has_wgmma() && page_size % 16 == 0;
+                assert!(head_dim == 256 && !ws, "{}: decode rows not apart", label(image));
+                continue;
+            }
+            let out = run_gpu_on(module, &stream, &case, KernelChoice::Auto, WorkspaceMode::Exact, 1);
+            worst = worst.max(compare(&case, &out, &cpu, &label(image)));
+            runs += 1;
+        }
+        with_setting(DECODE_APART_ENV_VAR, "0", || {
+            let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+            assert!(!decode_apart_applies(&ctx, &case.spec()).unwrap());
+            compare(&case, &run_gpu(&stream, &case, KernelChoice::Auto), &cpu, &label("setting off"));
+        });
+    }
+    println!("worst |gpu - cpu| decode rows apart: {worst:.3e}");
+    println!("{runs} decode-apart runs passed");
 }
 
 /// Every source of temporary memory gives the same, right answer: the driver's pool, a workspace

@@ -75,6 +75,12 @@ pub struct RpaParams {
     /// uses them where the resolved block agrees: the first copies leave one round trip sooner.
     /// 0 for the other kernels.
     pub table_preload: u32,
+    /// Nonzero: a mixed batch's decode sequences run apart from its other rows
+    /// ([`is_apart_decode`]): the tile kernels' plan leaves them out, and the pipelined kernel,
+    /// on a grid of sequences instead of rows, computes only their rows (its kernel's `plan`
+    /// pointer then holds the tile plan, whose fallback flag, set for a decreasing `cu_q_lens`,
+    /// sends every row back to the tile kernel). 0 for every other launch.
+    pub decode_apart: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,
@@ -101,6 +107,17 @@ pub const DEFAULT_MASK_VALUE: f32 = -0.7 * f32::MAX;
 /// and then every key in `[0, kv_len)` is visited.
 pub fn masked_keys_matter(mask_value: f32) -> bool {
     mask_value > -1.0e30
+}
+
+/// Whether a sequence whose rows are `[lo, hi)` (`cu_q_lens[i]`, `cu_q_lens[i + 1]`, as read)
+/// is a decode sequence that runs apart from a mixed batch's other rows
+/// ([`RpaParams::decode_apart`]): one query row, inside `[0, max_tokens)`. For non-decreasing
+/// `cu_q_lens` that row is the sequence's alone ([`find_sequence`] answers `i` for it), so the
+/// decode kernel and the tile kernel, which leaves exactly these sequences out of its plan,
+/// split the rows between them without overlap.
+#[inline(always)]
+pub fn is_apart_decode(lo: i32, hi: i32, max_tokens: u32) -> bool {
+    lo >= 0 && (lo as u32) < max_tokens && hi as i64 == lo as i64 + 1
 }
 
 /// `num_seqs[0]` clamped to `[0, max_num_seqs]`.

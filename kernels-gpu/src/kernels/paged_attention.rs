@@ -82,6 +82,8 @@ pub(crate) struct RpaPointers<Q, KV> {
     pub out: *mut Q,
     pub part_o: *mut f32,
     pub part_lse: *mut f32,
+    /// The tile kernels' plan, read only with `RpaParams::decode_apart` (null otherwise).
+    pub plan: *const u32,
 }
 
 /// What one block of an attention kernel works on: a query row, a chunk of the query heads of
@@ -116,14 +118,7 @@ pub(crate) fn block_split(p: &RpaParams) -> u32 {
 /// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
 #[inline(always)]
 pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) -> Block {
-    let (t, head_chunk) = (block_idx_x(), block_idx_y());
-    let group = p.num_q_heads / p.num_kv_heads;
-    let chunks = group.div_ceil(heads_per_chunk);
-    let g = head_chunk / chunks;
-    let chunk = head_chunk % chunks;
-    let h0 = g * group + chunk * heads_per_chunk;
-    let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
-    let split = block_split(p);
+    let t = block_idx_x();
     // The row's sequence `i` and its `cu_q_lens[i]`, `cu_q_lens[i + 1]`, `kv_lens[i]`.
     let cu = |i: u32| *ptr.cu_q_lens.add(i as usize);
     // A decode row (row t is sequence t) resolves from loads whose addresses depend on `t` alone,
@@ -155,6 +150,27 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     let decode_row = found.then_some((t, lo, hi, kv_len));
     let row = decode_row
         .or_else(|| find_sequence(t as i32, num_seqs, cu).map(|i| (i, cu(i), cu(i + 1), *ptr.kv_lens.add(i as usize))));
+    block_of_row(ptr, p, heads_per_chunk, t, row)
+}
+
+/// The block of row `t` of sequence `row` (`(i, cu_q_lens[i], cu_q_lens[i + 1], kv_lens[i])`,
+/// None for a row no sequence owns: no keys), for the block's head chunk and split.
+#[inline(always)]
+pub(crate) unsafe fn block_of_row<Q, KV>(
+    ptr: &RpaPointers<Q, KV>,
+    p: &RpaParams,
+    heads_per_chunk: u32,
+    t: u32,
+    row: Option<(u32, i32, i32, i32)>,
+) -> Block {
+    let head_chunk = block_idx_y();
+    let group = p.num_q_heads / p.num_kv_heads;
+    let chunks = group.div_ceil(heads_per_chunk);
+    let g = head_chunk / chunks;
+    let chunk = head_chunk % chunks;
+    let h0 = g * group + chunk * heads_per_chunk;
+    let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
+    let split = block_split(p);
     let (window, seq_idx) = match row {
         Some((i, lo, hi, kv_len)) => {
             (row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window), i)
@@ -954,18 +970,19 @@ macro_rules! attention_kernels {
         /// # Safety
         /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)`, the block size and shared
         /// memory the host computes; every pointer a device buffer of the shape `params` describes
-        /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1). Metadata values may be
-        /// anything: they never lead outside the buffers.
+        /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1; `plan` the tile plan
+        /// with `params.decode_apart`, on a grid of `max_num_seqs` sequences, else null).
+        /// Metadata values may be anything: they never lead outside the buffers.
         #[$crate::kernel $((max_threads = $threads, min_blocks = $blocks))?]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
             q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
             cu_q_lens: *const i32, num_seqs: *const i32, out: *mut $q, part_o: *mut f32,
-            part_lse: *mut f32, params: $crate::attention::RpaParams,
+            part_lse: *mut f32, plan: *const u32, params: $crate::attention::RpaParams,
         ) {
             $inner::<$q, $kv, $({ $arg }),*>(
                 $crate::kernels::paged_attention::RpaPointers {
-                    q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse,
+                    q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse, plan,
                 },
                 params,
             )

@@ -32,7 +32,7 @@
 //!   to q's dtype first as the reference does: the same function with one rounding fewer (within
 //!   the reference's own bf16 rounding, see the GPU tests).
 
-use crate::attention::{page_is_valid, RpaParams};
+use crate::attention::{clamp_num_seqs, is_apart_decode, page_is_valid, RpaParams};
 use crate::barrier::sync_named_id;
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group_dyn, CopyHint};
 use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
@@ -44,7 +44,7 @@ use crate::thread::{block_idx_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{
-    attention_kernels, block_split, merge_warps_and_store, resolve_block, RpaPointers, WarpStates,
+    attention_kernels, block_of_row, block_split, merge_warps_and_store, resolve_block, Block, RpaPointers, WarpStates,
 };
 use super::paged_attention_key_rows::{
     key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
@@ -52,6 +52,7 @@ use super::paged_attention_key_rows::{
 use super::paged_attention_mma::{
     load_q_fragments, mask_logits, online_softmax_step, store_warp_state, LogitScale, WarpRows, MMA_HEADS_PER_BLOCK,
 };
+use super::paged_attention_tiled::PLAN_FALLBACK_WORD;
 use super::unroll;
 
 /// Most keys per pipeline stage (16 per key group, two mma n-tiles; 4 groups), and the granule of
@@ -345,6 +346,37 @@ impl TablePreload {
     }
 }
 
+/// [`resolve_block`] on a grid of sequences (`RpaParams::decode_apart`): block x is sequence `i`,
+/// whose one row the block works on where [`is_apart_decode`] gives it to the decode kernel and
+/// the tile plan is not in its fallback (which leaves every row to the tile kernel). None
+/// otherwise: the block has nothing to do and writes nothing (the tile kernel writes that row, or
+/// no row belongs to `i`). One round trip to memory: the five loads are independent (volatile,
+/// issued together, as in [`resolve_block`]).
+///
+/// # Safety
+/// The grid's x is at most `max_num_seqs` (at least 1); `ptr.plan` is the call's tile plan.
+#[inline(always)]
+pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
+    ptr: &RpaPointers<Q, KV>,
+    p: &RpaParams,
+    heads_per_chunk: u32,
+) -> Option<Block> {
+    let i = block_idx_x().min(p.max_num_seqs.saturating_sub(1));
+    let load = |at: *const i32| core::ptr::read_volatile(at);
+    let (raw_num_seqs, lo, hi, kv_len, fallback) = (
+        load(ptr.num_seqs),
+        load(ptr.cu_q_lens.add(i as usize)),
+        load(ptr.cu_q_lens.add(i as usize + 1)),
+        load(ptr.kv_lens.add(i as usize)),
+        core::ptr::read_volatile(ptr.plan.add(PLAN_FALLBACK_WORD)),
+    );
+    let owned = fallback == 0
+        && i == block_idx_x()
+        && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs)
+        && is_apart_decode(lo, hi, p.max_tokens);
+    owned.then(|| block_of_row(ptr, p, heads_per_chunk, lo as u32, Some((i, lo, hi, kv_len))))
+}
+
 /// q's A fragments as operands of type `M`, and the factor they were scaled by (divide it out of
 /// the logits). Unchanged (factor 1) when `M` is q's type. bf16 q for f16 operands (fp8 KV) is
 /// scaled by the power of two that puts the block's largest `|q|` in `[2^14, 2^15)`: every bf16
@@ -494,7 +526,16 @@ unsafe fn rpa_pipelined_on<
     let token0 = first_token + copier / per_token;
     let pages = FastDiv::new(p.page_size);
     let preload = TablePreload::load(&ptr, &p, &pages, tile, token0);
-    let blk = resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
+    let blk = if p.decode_apart != 0 {
+        // A grid of sequences: a block whose sequence the tile kernel runs has nothing to do. The
+        // whole cluster of a sequence (its splits) decides alike, before any cluster barrier.
+        match resolve_sequence_block(&ptr, &p, MMA_HEADS_PER_BLOCK) {
+            Some(blk) => blk,
+            None => return,
+        }
+    } else {
+        resolve_block(&ptr, &p, MMA_HEADS_PER_BLOCK)
+    };
     let (split_lo, split_hi) = (blk.split_lo, blk.split_hi);
     // The preloaded entries are this block's where its row and split start are the guess's.
     let preloaded = preload.on && blk.page_table == preload.table && split_lo == preload.split_lo;

@@ -28,7 +28,9 @@
 //! the most keys; starting them first keeps them off the tail of the grid), then short items
 //! (memory bound, they fill in behind), then zero-fill items.
 
-use crate::attention::{clamp_num_seqs, find_sequence, page_is_valid, row_window, RowWindow, RpaParams};
+use crate::attention::{
+    clamp_num_seqs, find_sequence, is_apart_decode, page_is_valid, row_window, RowWindow, RpaParams,
+};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
 use crate::math::FastDiv;
@@ -57,6 +59,9 @@ pub const PLAN_THREADS: u32 = 256;
 /// Words before the items in the plan: item count, fallback flag, tile-item count, and the
 /// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan).
 pub const PLAN_HEADER_WORDS: u32 = 4;
+/// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
+/// then single rows ([`PlanView::item`]).
+pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
 /// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
 pub const PLAN_ITEM_WORDS: u32 = 4;
 /// Rows per zero-fill item.
@@ -132,12 +137,15 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
     let hi = (lo + per).min(n);
     // This thread's (tile items, short items, decreasing cu_q_lens steps).
     let mut counts = [0u32; 3];
+    // Decode sequences that the pipelined kernel runs apart (`RpaParams::decode_apart`) are no
+    // items of this plan.
+    let apart = |i: u32| p.decode_apart != 0 && is_apart_decode(cu(i), cu(i + 1), p.max_tokens);
     for i in lo..hi {
         if cu(i + 1) < cu(i) {
             counts[2] += 1;
         }
         let rows = row_of(i + 1).saturating_sub(row_of(i));
-        if rows == 0 {
+        if rows == 0 || apart(i) {
         } else if is_short(rows, group) {
             counts[1] += 1;
         } else {
@@ -169,7 +177,7 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
     if total(2) != 0 {
         if tid == 0 {
             *plan = 0;
-            *plan.add(1) = 1;
+            *plan.add(PLAN_FALLBACK_WORD) = 1;
             *plan.add(3) = 0;
         }
         return;
@@ -187,7 +195,7 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
     let mut next_short = tiles + *scan.add(threads + tid) - counts[1];
     for i in lo..hi {
         let (r0, r1) = (row_of(i), row_of(i + 1));
-        if r1 <= r0 {
+        if r1 <= r0 || apart(i) {
             continue;
         }
         if is_short(r1 - r0, group) {
@@ -219,7 +227,7 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
     }
     if tid == 0 {
         *plan = (tiles + shorts + zero_items).min(capacity);
-        *plan.add(1) = 0;
+        *plan.add(PLAN_FALLBACK_WORD) = 0;
         *plan.add(2) = tiles.min(capacity);
         *plan.add(3) = 0;
     }
@@ -260,7 +268,7 @@ impl PlanView {
     /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait).
     #[inline(always)]
     pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>) -> Self {
-        PlanView { count: *ptr.plan, fallback: *ptr.plan.add(1) != 0, tiles: *ptr.plan.add(2) }
+        PlanView { count: *ptr.plan, fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0, tiles: *ptr.plan.add(2) }
     }
 
     /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items,

@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 
+use kernels_gpu::attention::RpaParams;
 use kernels_gpu::kernels::paged_attention::{
     last_block_merge_round, rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS,
     RPA_THREADS, RPA_WARPS,
@@ -351,6 +352,12 @@ pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 /// with its row's metadata on the decode guess, instead of one round trip after it.
 pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 
+/// Environment variable switching off (`0`) the decode kernel for a mixed batch's decode rows
+/// (`1`, the default; `RpaParams::decode_apart`, [`decode_apart_applies`]): with it, Auto runs a
+/// call that may mix prefill and decode rows as the tile kernel over the other rows and the
+/// pipelined decode kernel over its one-row sequences; without it, the tile kernel takes every row.
+pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
+
 /// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
 /// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
 /// and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators, four
@@ -414,6 +421,8 @@ pub struct LaunchSettings {
     pub table_preload: bool,
     /// [`KEY_ROWS_ENV_VAR`].
     pub key_rows: u32,
+    /// [`DECODE_APART_ENV_VAR`].
+    pub decode_apart: bool,
 }
 
 /// The settings, read once; `None` until first read.
@@ -431,7 +440,7 @@ fn settings() -> Result<LaunchSettings> {
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
 /// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`],
-/// [`TABLE_PRELOAD_ENV_VAR`] and [`KEY_ROWS_ENV_VAR`] (benchmarks switch kernels in one
+/// [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`] and [`DECODE_APART_ENV_VAR`] (benchmarks switch kernels in one
 /// process: set the variables, then call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -457,6 +466,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
+        decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, 1, 0..=1)? == 1,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -512,12 +522,12 @@ impl PlanKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ResolvedPlan {
     plan: LaunchPlan,
-    functions: [usize; 2],
+    functions: [usize; 3],
 }
 
 impl ResolvedPlan {
     fn new(module: &ContextModule, spec: &PagedAttention, plan: LaunchPlan) -> Result<Self> {
-        let mut functions = [0usize; 2];
+        let mut functions = [0usize; 3];
         for (slot, (name, shared_bytes)) in functions.iter_mut().zip(plan.kernels(spec)) {
             *slot = module.function_with_shared(name, shared_bytes)? as usize;
         }
@@ -711,6 +721,9 @@ struct TiledPlan {
     /// The warp-specialized kernel: planned by `rpa_plan_ws`, which also stores the K/V tensor map
     /// after the plan (`ws_scratch_bytes`).
     warp_specialized: bool,
+    /// The pipelined kernel over the batch's decode sequences, which the plan then leaves out
+    /// (`RpaParams::decode_apart`): its splits merge in clusters or not at all (no scratch).
+    decode: Option<DirectPlan>,
 }
 
 impl TiledPlan {
@@ -816,7 +829,11 @@ impl LaunchPlan {
     /// The kernels the launch enqueues, with their dynamic shared memory.
     fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
         match *self {
-            LaunchPlan::Tiled(t) => vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)],
+            LaunchPlan::Tiled(t) => {
+                let mut v = vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)];
+                v.extend(t.decode.map(|d| (d.name, d.shared_bytes)));
+                v
+            }
             LaunchPlan::Direct(d) => {
                 let mut v = vec![(d.name, d.shared_bytes)];
                 v.extend(d.merge_kernel(spec));
@@ -901,6 +918,36 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
     })
 }
 
+/// Whether Auto runs a call's decode sequences apart ([`DECODE_APART_ENV_VAR`]): the pipelined
+/// kernel over its one-row sequences, a tile kernel over the rest (`RpaParams::decode_apart`).
+/// For calls whose static shapes allow both prefill and decode rows (more rows than sequences),
+/// mostly decode ones (not [`wgmma_tiles_preferred`]: fewer than 64 rows per sequence slot, as in
+/// a serving engine's steps), with at least two sequence slots, where both kernels apply. On an
+/// H200 (benchmarks/NOTES.md "v20") the tile kernels ran the decode rows of the peers' mixes at
+/// 69-70 % of the copy bandwidth, the pipelined kernel alone at 95-101 %, and the warp-specialized
+/// kernel the prefill rows alone level with FlashInfer. Prefill-shaped calls keep one kernel: an
+/// empty decode grid would cost them its launch and a round trip to memory.
+pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Result<bool> {
+    let cc = module.compute_capability;
+    Ok(settings()?.decode_apart
+        && spec.max_num_seqs >= 2
+        && spec.max_tokens > spec.max_num_seqs
+        && !wgmma_tiles_preferred(spec)
+        && pipelined_applies(spec, cc)
+        && (tiled_applies(spec, cc) || (module.image.has_wgmma() && tiled_ws_applies(spec, cc))))
+}
+
+/// The pipelined kernel's plan for a call's decode sequences apart ([`decode_apart_applies`]): a
+/// grid of `max_num_seqs` sequences, planned as a decode batch of that many rows, its splits
+/// merged in clusters or not split (no workspace: the tile plan's is the call's).
+fn plan_apart_decode(module: &ContextModule, spec: &PagedAttention) -> Result<DirectPlan> {
+    let sequences = PagedAttention { max_tokens: spec.max_num_seqs, ..*spec };
+    match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0))? {
+        LaunchPlan::Direct(d) if !d.partials_in_workspace() => Ok(d),
+        other => Err(crate::Error::invalid(format!("decode rows apart: unexpected plan {other:?}"))),
+    }
+}
+
 /// Query rows per sequence slot from which Auto takes the warpgroup-MMA tiles on Hopper.
 const WGMMA_MIN_ROWS_PER_SEQUENCE: u64 = 64;
 
@@ -927,10 +974,12 @@ fn plan_launch(
 ) -> Result<LaunchPlan> {
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
-    if choice == KernelChoice::Auto && module.image.has_wgmma() && wgmma_tiles_preferred(spec) {
-        // Prefill-shaped on Hopper: the warp-specialized kernel where its bulk copies apply
-        // (0.91-1.04x FlashInfer on an H100: benchmarks/NOTES.md "v7d"; head_dim 256 included,
-        // which the other tile kernels lack), else the one-warpgroup wgmma tiles.
+    let apart = choice == KernelChoice::Auto && decode_apart_applies(module, spec)?;
+    if choice == KernelChoice::Auto && module.image.has_wgmma() && (apart || wgmma_tiles_preferred(spec)) {
+        // Prefill-shaped on Hopper, or the rows a mixed batch's decode sequences leave: the
+        // warp-specialized kernel where its bulk copies apply (0.91-1.04x FlashInfer on an H100:
+        // benchmarks/NOTES.md "v7d"; head_dim 256 included, which the other tile kernels lack),
+        // else the one-warpgroup wgmma tiles.
         if tiled_ws_applies(spec, cc) {
             kernel = KernelChoice::TiledWarpSpecialized;
         } else if kernel == KernelChoice::Tiled {
@@ -964,6 +1013,7 @@ fn plan_launch(
             threads,
             shared_bytes,
             warp_specialized: ws,
+            decode: if apart { Some(plan_apart_decode(module, spec)?) } else { None },
         });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
@@ -1372,12 +1422,7 @@ unsafe fn launch_direct(
     resolved: &ResolvedPlan,
 ) -> Result<()> {
     let settings = settings()?;
-    let mut params = spec.kernel_params(l.splits, l.split_len);
-    params.copy_hint = settings.copy_hint;
-    params.pipe_stages = l.stages;
-    params.cluster_splits = l.cluster as u32;
-    params.pipe_mode = l.pipe_mode;
-    params.table_preload = (l.stages > 0 && settings.table_preload) as u32;
+    let mut params = direct_params(spec, &l, &settings);
     let merge_kernel = l.merge_kernel(spec);
     if l.partials_in_workspace() && l.merge == PartialsMerge::LastBlock {
         params.merge_tag = next_merge_tag();
@@ -1390,7 +1435,7 @@ unsafe fn launch_direct(
     };
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
-    args.push(bufs.out).push(part_o).push(part_lse).push(params);
+    args.push(bufs.out).push(part_o).push(part_lse).push(0u64).push(params);
     let cfg = LaunchConfig {
         grid: (spec.max_tokens, l.grid_y, l.splits),
         block: (l.threads, 1, 1),
@@ -1420,6 +1465,50 @@ unsafe fn launch_direct(
     // partials start at the scratch's base, 16-byte aligned (a given workspace is checked by
     // `launch_cuda`; the driver's stream-ordered allocations are aligned further).
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
+}
+
+/// The attention kernel's parameters for a direct plan: its splits, stages, cluster and copy mode.
+fn direct_params(spec: &PagedAttention, l: &DirectPlan, settings: &LaunchSettings) -> RpaParams {
+    let mut params = spec.kernel_params(l.splits, l.split_len);
+    params.copy_hint = settings.copy_hint;
+    params.pipe_stages = l.stages;
+    params.cluster_splits = l.cluster as u32;
+    params.pipe_mode = l.pipe_mode;
+    params.table_preload = (l.stages > 0 && settings.table_preload) as u32;
+    params
+}
+
+/// The pipelined kernel over a call's decode sequences ([`plan_apart_decode`]): one block per
+/// (sequence, head chunk, split), after the plan kernel, whose fallback flag it reads.
+///
+/// # Safety
+/// As [`launch_cuda`]; `plan` holds the call's tile plan, written by the plan kernel launched
+/// just before on `stream`; `function` is `l.name`'s handle, allowed `l.shared_bytes`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_apart_decode(
+    module: &ContextModule,
+    stream: Stream,
+    spec: &PagedAttention,
+    bufs: &DeviceBuffers,
+    plan: u64,
+    l: DirectPlan,
+    function: CUfunction,
+    settings: &LaunchSettings,
+) -> Result<()> {
+    let mut params = direct_params(spec, &l, settings);
+    params.decode_apart = 1;
+    let mut args = KernelArgs::new();
+    push_inputs(&mut args, bufs);
+    args.push(bufs.out).push(0u64).push(0u64).push(plan).push(params);
+    let cfg = LaunchConfig {
+        grid: (spec.max_num_seqs, l.grid_y, l.splits),
+        block: (l.threads, 1, 1),
+        shared_bytes: l.shared_bytes,
+    };
+    let cluster_z = if l.cluster { l.splits } else { 1 };
+    // SAFETY: `function` is `l.name`, allowed `l.shared_bytes`; arguments as it takes them; no
+    // partials (the plan merges in clusters or does not split).
+    module.launch_function(stream, function, cfg, cluster_z, &mut args.pointers(), settings.programmatic)
 }
 
 /// A launch's tag for the last-block merge's counters (`RpaParams::merge_tag`): never 0, and
@@ -1469,6 +1558,7 @@ unsafe fn launch_tiled(
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
+    params.decode_apart = t.decode.is_some() as u32;
     let grid = tile_grid(module, spec, &t, settings.persistent != 0);
     if t.warp_specialized {
         params.consumer_schedule = settings.consumer_schedule;
@@ -1483,6 +1573,11 @@ unsafe fn launch_tiled(
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
     module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
+    if let Some(decode) = t.decode {
+        // Before the tile kernel: the decode rows are most of a mixed batch's bytes.
+        // SAFETY: the plan's kernel 2 is `decode.name`; the plan kernel was just enqueued.
+        launch_apart_decode(module, stream, spec, &bufs, plan, decode, resolved.function(2), &settings)?;
+    }
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
