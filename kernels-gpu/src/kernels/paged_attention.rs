@@ -118,7 +118,14 @@ pub(crate) fn block_split(p: &RpaParams) -> u32 {
 /// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
 #[inline(always)]
 pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) -> Block {
-    let t = block_idx_x();
+    let (t, head_chunk) = (block_idx_x(), block_idx_y());
+    let group = p.num_q_heads / p.num_kv_heads;
+    let chunks = group.div_ceil(heads_per_chunk);
+    let g = head_chunk / chunks;
+    let chunk = head_chunk % chunks;
+    let h0 = g * group + chunk * heads_per_chunk;
+    let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
+    let split = block_split(p);
     // The row's sequence `i` and its `cu_q_lens[i]`, `cu_q_lens[i + 1]`, `kv_lens[i]`.
     let cu = |i: u32| *ptr.cu_q_lens.add(i as usize);
     // A decode row (row t is sequence t) resolves from loads whose addresses depend on `t` alone,
@@ -150,27 +157,56 @@ pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParam
     let decode_row = found.then_some((t, lo, hi, kv_len));
     let row = decode_row
         .or_else(|| find_sequence(t as i32, num_seqs, cu).map(|i| (i, cu(i), cu(i + 1), *ptr.kv_lens.add(i as usize))));
-    block_of_row(ptr, p, heads_per_chunk, t, row)
+    let (window, seq_idx) = match row {
+        Some((i, lo, hi, kv_len)) => {
+            (row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window), i)
+        }
+        None => (row_window(0, 0, 0, 0, 0, 0), 0),
+    };
+    let (visit_lo, visit_hi) = window.visit_range(p.include_masked != 0);
+    let split_lo = visit_lo.saturating_add(split.saturating_mul(p.split_len)).min(visit_hi);
+    let split_hi = split_lo.saturating_add(p.split_len).min(visit_hi);
+    let page_table = ptr.page_indices.add(seq_idx as usize * p.pages_per_seq as usize);
+    Block { t, g, h0, hc, split, window, page_table, split_lo, split_hi }
+}
+
+/// A block's KV head, chunk of its query heads and key split, from the grid position. With
+/// [`block_of_row`], what [`resolve_block`] computes, for the pipelined kernel's grid of sequences
+/// (`resolve_sequence_block`); `resolve_block` keeps its own copy: sharing these made LLVM move
+/// the head arithmetic ahead of the row's metadata loads in every attention kernel.
+#[derive(Clone, Copy)]
+pub(crate) struct BlockHeads {
+    g: u32,
+    h0: u32,
+    hc: usize,
+    split: u32,
+}
+
+impl BlockHeads {
+    #[inline(always)]
+    pub(crate) fn of(p: &RpaParams, heads_per_chunk: u32) -> Self {
+        let head_chunk = block_idx_y();
+        let group = p.num_q_heads / p.num_kv_heads;
+        let chunks = group.div_ceil(heads_per_chunk);
+        let g = head_chunk / chunks;
+        let chunk = head_chunk % chunks;
+        let h0 = g * group + chunk * heads_per_chunk;
+        let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
+        BlockHeads { g, h0, hc, split: block_split(p) }
+    }
 }
 
 /// The block of row `t` of sequence `row` (`(i, cu_q_lens[i], cu_q_lens[i + 1], kv_lens[i])`,
-/// None for a row no sequence owns: no keys), for the block's head chunk and split.
+/// None for a row no sequence owns: no keys), for the block's `heads` and split.
 #[inline(always)]
 pub(crate) unsafe fn block_of_row<Q, KV>(
     ptr: &RpaPointers<Q, KV>,
     p: &RpaParams,
-    heads_per_chunk: u32,
+    heads: BlockHeads,
     t: u32,
     row: Option<(u32, i32, i32, i32)>,
 ) -> Block {
-    let head_chunk = block_idx_y();
-    let group = p.num_q_heads / p.num_kv_heads;
-    let chunks = group.div_ceil(heads_per_chunk);
-    let g = head_chunk / chunks;
-    let chunk = head_chunk % chunks;
-    let h0 = g * group + chunk * heads_per_chunk;
-    let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
-    let split = block_split(p);
+    let BlockHeads { g, h0, hc, split } = heads;
     let (window, seq_idx) = match row {
         Some((i, lo, hi, kv_len)) => {
             (row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window), i)

@@ -44,7 +44,8 @@ use crate::thread::{block_idx_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{
-    attention_kernels, block_of_row, block_split, merge_warps_and_store, resolve_block, Block, RpaPointers, WarpStates,
+    attention_kernels, block_of_row, block_split, merge_warps_and_store, resolve_block, Block, BlockHeads, RpaPointers,
+    WarpStates,
 };
 use super::paged_attention_key_rows::{
     key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
@@ -361,6 +362,7 @@ pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
     p: &RpaParams,
     heads_per_chunk: u32,
 ) -> Option<Block> {
+    let heads = BlockHeads::of(p, heads_per_chunk);
     let i = block_idx_x().min(p.max_num_seqs.saturating_sub(1));
     let load = |at: *const i32| core::ptr::read_volatile(at);
     let (raw_num_seqs, lo, hi, kv_len, fallback) = (
@@ -374,7 +376,7 @@ pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
         && i == block_idx_x()
         && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs)
         && is_apart_decode(lo, hi, p.max_tokens);
-    owned.then(|| block_of_row(ptr, p, heads_per_chunk, lo as u32, Some((i, lo, hi, kv_len))))
+    owned.then(|| block_of_row(ptr, p, heads, lo as u32, Some((i, lo, hi, kv_len))))
 }
 
 /// q's A fragments as operands of type `M`, and the factor they were scaled by (divide it out of
@@ -416,7 +418,9 @@ pub(crate) fn q_as_operand<Q: MmaElement, M: MmaElement, const KSTEPS: usize>(
 
 /// The pipelined kernel, in the key-rows layout with `KEY_ROWS` (`paged_attention_key_rows`: a
 /// warp's 16 keys are the mma's rows and the block's query heads, at most
-/// [`KEY_ROWS_MAX_HEADS`], its columns; the host launches it for GQA groups up to 8).
+/// [`KEY_ROWS_MAX_HEADS`], its columns; the host launches it for GQA groups up to 8); with
+/// `BY_SEQUENCE`, on a grid of sequences over a mixed batch's decode sequences
+/// (`RpaParams::decode_apart`, [`resolve_sequence_block`]).
 #[inline(always)]
 unsafe fn rpa_pipelined<
     Q: MmaElement,
@@ -426,11 +430,12 @@ unsafe fn rpa_pipelined<
     const NTILES: usize,
     const DSPLIT: usize,
     const KEY_ROWS: bool,
+    const BY_SEQUENCE: bool,
 >(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
-    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, KEY_ROWS>(ptr, p)
+    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, KEY_ROWS, BY_SEQUENCE>(ptr, p)
 }
 
 /// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]); with
@@ -446,6 +451,7 @@ unsafe fn rpa_pipelined_on<
     const NTILES: usize,
     const DSPLIT: usize,
     const KEY_ROWS: bool,
+    const BY_SEQUENCE: bool,
 >(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
@@ -526,7 +532,7 @@ unsafe fn rpa_pipelined_on<
     let token0 = first_token + copier / per_token;
     let pages = FastDiv::new(p.page_size);
     let preload = TablePreload::load(&ptr, &p, &pages, tile, token0);
-    let blk = if p.decode_apart != 0 {
+    let blk = if BY_SEQUENCE {
         // A grid of sequences: a block whose sequence the tile kernel runs has nothing to do. The
         // whole cluster of a sequence (its splits) decides alike, before any cluster barrier.
         match resolve_sequence_block(&ptr, &p, MMA_HEADS_PER_BLOCK) {
@@ -836,13 +842,15 @@ unsafe fn rpa_pipelined_on<
 
 /// One pipelined kernel per (q dtype, KV dtype, head_dim) in the layout `key_rows` says:
 /// `rpa_pipe_<q>_<kv>_d<D>` (heads as the mma's rows) or `rpa_pipe_kr_<q>_<kv>_d<D>` (keys as its
-/// rows, GQA groups up to 8; head_dim 64 and 128, whose dim split is 1); `@ M` compiles it for M
-/// resident blocks of its 128 threads.
+/// rows, GQA groups up to 8; head_dim 64 and 128, whose dim split is 1), on the grid
+/// `by_sequence` says (rows, or a mixed batch's decode sequences: `rpa_pipe_seq_*`,
+/// `rpa_pipe_kr_seq_*`); `@ M` compiles it for M resident blocks of its 128 threads.
 macro_rules! rpa_pipe_kernels {
-    (key_rows = $key_rows:literal; $( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
+    (key_rows = $key_rows:literal, by_sequence = $by_sequence:literal;
+     $( $q:ty, $kv:ty => $($name:ident $d:literal $(@ $blocks:literal)?),* ; )*) => {
         attention_kernels! { $( $(
             $name: $q, $kv => rpa_pipelined[$d, $d / 16, $d / 8 / pipelined_dim_split($d) as usize,
-                pipelined_dim_split($d) as usize, $key_rows] $(bounds(128, $blocks))?;
+                pipelined_dim_split($d) as usize, $key_rows, $by_sequence] $(bounds(128, $blocks))?;
         )* )* }
     };
 }
@@ -860,7 +868,7 @@ const _: () = assert!(
 // rule) run three blocks per SM (benchmarks/NOTES.md "v9", "v10"). ptxas keeps one value
 // on the stack across the tile loop (stored before it, loaded after it).
 rpa_pipe_kernels! {
-    key_rows = false;
+    key_rows = false, by_sequence = false;
     f16, f16 => rpa_pipe_f16_f16_d64 64, rpa_pipe_f16_f16_d128 128 @ 3, rpa_pipe_f16_f16_d256 256;
     f16, F8E4M3 => rpa_pipe_f16_e4m3_d64 64, rpa_pipe_f16_e4m3_d128 128 @ 3;
     f16, F8E5M2 => rpa_pipe_f16_e5m2_d64 64, rpa_pipe_f16_e5m2_d128 128 @ 3;
@@ -872,11 +880,25 @@ rpa_pipe_kernels! {
 // Key rows: half the registers of the head-rows layout's q fragments and accumulators, so the
 // head_dim-128 kernels are compiled for four blocks per SM (128 registers).
 rpa_pipe_kernels! {
-    key_rows = true;
+    key_rows = true, by_sequence = false;
     f16, f16 => rpa_pipe_kr_f16_f16_d64 64, rpa_pipe_kr_f16_f16_d128 128 @ 4;
     f16, F8E4M3 => rpa_pipe_kr_f16_e4m3_d64 64, rpa_pipe_kr_f16_e4m3_d128 128 @ 4;
     f16, F8E5M2 => rpa_pipe_kr_f16_e5m2_d64 64, rpa_pipe_kr_f16_e5m2_d128 128 @ 4;
     Bf16, Bf16 => rpa_pipe_kr_bf16_bf16_d64 64, rpa_pipe_kr_bf16_bf16_d128 128 @ 4;
     Bf16, F8E4M3 => rpa_pipe_kr_bf16_e4m3_d64 64, rpa_pipe_kr_bf16_e4m3_d128 128 @ 4;
     Bf16, F8E5M2 => rpa_pipe_kr_bf16_e5m2_d64 64, rpa_pipe_kr_bf16_e5m2_d128 128 @ 4;
+}
+
+// A mixed batch's decode sequences (`RpaParams::decode_apart`): the tile kernels' dtypes (16-bit KV
+// of q's dtype), both layouts, compiled as their row-grid twins.
+rpa_pipe_kernels! {
+    key_rows = false, by_sequence = true;
+    f16, f16 => rpa_pipe_seq_f16_f16_d64 64, rpa_pipe_seq_f16_f16_d128 128 @ 3, rpa_pipe_seq_f16_f16_d256 256;
+    Bf16, Bf16 => rpa_pipe_seq_bf16_bf16_d64 64, rpa_pipe_seq_bf16_bf16_d128 128 @ 3, rpa_pipe_seq_bf16_bf16_d256 256;
+}
+
+rpa_pipe_kernels! {
+    key_rows = true, by_sequence = true;
+    f16, f16 => rpa_pipe_kr_seq_f16_f16_d64 64, rpa_pipe_kr_seq_f16_f16_d128 128 @ 4;
+    Bf16, Bf16 => rpa_pipe_kr_seq_bf16_bf16_d64 64, rpa_pipe_kr_seq_bf16_bf16_d128 128 @ 4;
 }

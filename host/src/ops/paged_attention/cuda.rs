@@ -942,10 +942,21 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
 /// merged in clusters or not split (no workspace: the tile plan's is the call's).
 fn plan_apart_decode(module: &ContextModule, spec: &PagedAttention) -> Result<DirectPlan> {
     let sequences = PagedAttention { max_tokens: spec.max_num_seqs, ..*spec };
-    match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0))? {
-        LaunchPlan::Direct(d) if !d.partials_in_workspace() => Ok(d),
-        other => Err(crate::Error::invalid(format!("decode rows apart: unexpected plan {other:?}"))),
+    let mut d = match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0))? {
+        LaunchPlan::Direct(d) if !d.partials_in_workspace() => d,
+        other => return Err(crate::Error::invalid(format!("decode rows apart: unexpected plan {other:?}"))),
+    };
+    // The row kernel's twin on a grid of sequences (`rpa_pipe_seq_*`, `rpa_pipe_kr_seq_*`): the
+    // same block, planned as it.
+    d.name = intern(match d.name.strip_prefix("rpa_pipe_kr_") {
+        Some(rest) => format!("rpa_pipe_kr_seq_{rest}"),
+        None => d.name.replacen("rpa_pipe_", "rpa_pipe_seq_", 1),
+    });
+    if d.cluster {
+        // Allows the twin its cluster size (non-portable above 8), as the plan did the row kernel.
+        module.active_clusters(d.name, d.threads, d.shared_bytes, d.splits)?;
     }
+    Ok(d)
 }
 
 /// Query rows per sequence slot from which Auto takes the warpgroup-MMA tiles on Hopper.
