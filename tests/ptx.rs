@@ -96,6 +96,14 @@ fn check_exports(ptx: &str, arch: &str) {
             }
         }
         names.push(format!("rpa_pipe_{q}_{q}_d256"));
+        // A mixed batch's decode sequences (`RpaParams::decode_apart`).
+        for d in [64, 128, 256] {
+            names.push(format!("rpa_pipe_seq_{q}_{q}_d{d}"));
+        }
+        for d in [64, 128] {
+            names.push(format!("rpa_pipe_kr_{q}_{q}_d{d}"));
+            names.push(format!("rpa_pipe_kr_seq_{q}_{q}_d{d}"));
+        }
         for d in [64, 128] {
             names.push(format!("rpa_tile_{q}_{q}_d{d}"));
         }

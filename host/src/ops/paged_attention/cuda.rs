@@ -588,7 +588,7 @@ fn cached_plan(
     let plan = match cached {
         Some(plan) => plan,
         None => {
-            let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit)?)?;
+            let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit, false)?)?;
             let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= PLAN_CACHE_ENTRIES {
                 cache.clear();
@@ -942,21 +942,18 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
 /// merged in clusters or not split (no workspace: the tile plan's is the call's).
 fn plan_apart_decode(module: &ContextModule, spec: &PagedAttention) -> Result<DirectPlan> {
     let sequences = PagedAttention { max_tokens: spec.max_num_seqs, ..*spec };
-    let mut d = match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0))? {
-        LaunchPlan::Direct(d) if !d.partials_in_workspace() => d,
-        other => return Err(crate::Error::invalid(format!("decode rows apart: unexpected plan {other:?}"))),
-    };
-    // The row kernel's twin on a grid of sequences (`rpa_pipe_seq_*`, `rpa_pipe_kr_seq_*`): the
-    // same block, planned as it.
-    d.name = intern(match d.name.strip_prefix("rpa_pipe_kr_") {
-        Some(rest) => format!("rpa_pipe_kr_seq_{rest}"),
-        None => d.name.replacen("rpa_pipe_", "rpa_pipe_seq_", 1),
-    });
-    if d.cluster {
-        // Allows the twin its cluster size (non-portable above 8), as the plan did the row kernel.
-        module.active_clusters(d.name, d.threads, d.shared_bytes, d.splits)?;
+    match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0), true)? {
+        LaunchPlan::Direct(d) if !d.partials_in_workspace() => Ok(d),
+        other => Err(crate::Error::invalid(format!("decode rows apart: unexpected plan {other:?}"))),
     }
-    Ok(d)
+}
+
+/// The pipelined kernel's twin on a grid of sequences (`rpa_pipe_seq_*`, `rpa_pipe_kr_seq_*`).
+fn by_sequence_name(row_kernel: &'static str) -> &'static str {
+    intern(match row_kernel.strip_prefix("rpa_pipe_kr_") {
+        Some(rest) => format!("rpa_pipe_kr_seq_{rest}"),
+        None => row_kernel.replacen("rpa_pipe_", "rpa_pipe_seq_", 1),
+    })
 }
 
 /// Query rows per sequence slot from which Auto takes the warpgroup-MMA tiles on Hopper.
@@ -982,7 +979,14 @@ fn plan_launch(
     spec: &PagedAttention,
     choice: KernelChoice,
     limit: Option<usize>,
+    by_sequence: bool,
 ) -> Result<LaunchPlan> {
+    // The pipelined kernel on a grid of sequences ([`plan_apart_decode`]): its own kernel, planned
+    // with its own occupancy.
+    let kernel_name = |spec: &PagedAttention, kernel: KernelChoice| match kernel_name(spec, kernel) {
+        name if by_sequence && kernel == KernelChoice::Pipelined => by_sequence_name(name),
+        name => name,
+    };
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
     let apart = choice == KernelChoice::Auto && decode_apart_applies(module, spec)?;
