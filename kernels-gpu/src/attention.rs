@@ -76,10 +76,11 @@ pub struct RpaParams {
     /// 0 for the other kernels.
     pub table_preload: u32,
     /// Nonzero: a mixed batch's decode sequences run apart from its other rows
-    /// ([`is_apart_decode`]): the tile kernels' plan leaves them out, and the pipelined kernel,
-    /// on a grid of sequences instead of rows, computes only their rows (its kernel's `plan`
-    /// pointer then holds the tile plan, whose fallback flag, set for a decreasing `cu_q_lens`,
-    /// sends every row back to the tile kernel). 0 for every other launch.
+    /// ([`is_apart_decode`]): the tile kernels' plan leaves them out, and the pipelined kernel's
+    /// twins on a grid of sequences (`rpa_pipe_seq_*`, `rpa_pipe_kr_seq_*`) compute their rows
+    /// (their `plan` pointer holds the tile plan, whose fallback flag, set for a decreasing
+    /// `cu_q_lens`, sends every row back to the tile kernel). Set on the three launches of such a
+    /// call; 0 for every other.
     pub decode_apart: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.

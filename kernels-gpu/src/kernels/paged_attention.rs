@@ -196,23 +196,19 @@ impl BlockHeads {
     }
 }
 
-/// The block of row `t` of sequence `row` (`(i, cu_q_lens[i], cu_q_lens[i + 1], kv_lens[i])`,
-/// None for a row no sequence owns: no keys), for the block's `heads` and split.
+/// The block of row `t` of sequence `i`, whose rows are `[lo, hi)` and keys `kv_len`, for the
+/// block's `heads` and split.
 #[inline(always)]
 pub(crate) unsafe fn block_of_row<Q, KV>(
     ptr: &RpaPointers<Q, KV>,
     p: &RpaParams,
     heads: BlockHeads,
     t: u32,
-    row: Option<(u32, i32, i32, i32)>,
+    (i, lo, hi, kv_len): (u32, i32, i32, i32),
 ) -> Block {
     let BlockHeads { g, h0, hc, split } = heads;
-    let (window, seq_idx) = match row {
-        Some((i, lo, hi, kv_len)) => {
-            (row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window), i)
-        }
-        None => (row_window(0, 0, 0, 0, 0, 0), 0),
-    };
+    let window = row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window);
+    let seq_idx = i;
     let (visit_lo, visit_hi) = window.visit_range(p.include_masked != 0);
     let split_lo = visit_lo.saturating_add(split.saturating_mul(p.split_len)).min(visit_hi);
     let split_hi = split_lo.saturating_add(p.split_len).min(visit_hi);

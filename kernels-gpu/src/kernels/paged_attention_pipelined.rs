@@ -376,7 +376,7 @@ pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
         && i == block_idx_x()
         && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs)
         && is_apart_decode(lo, hi, p.max_tokens);
-    owned.then(|| block_of_row(ptr, p, heads, lo as u32, Some((i, lo, hi, kv_len))))
+    owned.then(|| block_of_row(ptr, p, heads, lo as u32, (i, lo, hi, kv_len)))
 }
 
 /// q's A fragments as operands of type `M`, and the factor they were scaled by (divide it out of
