@@ -136,6 +136,18 @@ def decode_cell(spec, geometry):
     return Case(f"{geometry} decode {b}x{ctx}{suffix}", geometry, [(1, ctx)] * b, kv_dtype=kv_dtype)
 
 
+def _mixes():
+    """The prefill suite's engine-step mixes (name, seqs): prefill rows first, then decode rows."""
+    rng = np.random.default_rng(2)
+    mix16 = [(128, int(x)) for x in rng.integers(2048, 8192 + 1, 16)] + \
+            [(1, int(x)) for x in rng.integers(2048, 8192 + 1, 240)]
+    return (("mix 4q256s2k + 124 decode s1k-4k", [(256, 2048)] * 4 + [(1, 1024 + 24 * i) for i in range(124)]),
+            ("mix 16q128 + 240 decode s2k-8k", mix16))
+
+
+MIXES = _mixes()
+
+
 def suite_cases(suite, quick, geometry):
     """The benchmark matrix (shared/reference/benchmarks.md); cells over MAX_KV_BYTES are dropped."""
     cases, dropped = [], []
@@ -169,24 +181,18 @@ def suite_cases(suite, quick, geometry):
                 cases.append(Case(f"{geometry} decode {b}x{ctx} {kvd}", geometry, [(1, ctx)] * b, kv_dtype=kvd))
                 cases.append(Case(f"{geometry} decode {b}x{ctx} bf16 (fp8 control)", geometry, [(1, ctx)] * b))
     if suite in ("prefill", "all"):
-        rng = np.random.default_rng(2)
-        mix16 = [(128, int(x)) for x in rng.integers(2048, 8192 + 1, 16)] + \
-                [(1, int(x)) for x in rng.integers(2048, 8192 + 1, 240)]
+        (mix4_name, mix4), (mix16_name, mix16) = MIXES
         prefill = [("prefill 1x2048", [(2048, 2048)]), ("prefill 4x1024", [(1024, 1024)] * 4),
                    ("prefill 1x8192", [(8192, 8192)]), ("prefill 1x32768", [(32768, 32768)]),
                    ("chunked 8x512 over 4k", [(512, 4096)] * 8),
-                   ("mix 4q256s2k + 124 decode s1k-4k", [(256, 2048)] * 4 + [(1, 1024 + 24 * i) for i in range(124)]),
-                   ("mix 16q128 + 240 decode s2k-8k", mix16)]
+                   (mix4_name, mix4), (mix16_name, mix16)]
         if quick:
             prefill = [prefill[0], prefill[4], prefill[5]]
         cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in prefill]
     if suite == "mixparts":
-        # The two mixes' prefill and decode rows apart: where a mix's time goes, kernel by kernel.
-        rng = np.random.default_rng(2)
-        mix16 = [(128, int(x)) for x in rng.integers(2048, 8192 + 1, 16)] + \
-                [(1, int(x)) for x in rng.integers(2048, 8192 + 1, 240)]
-        mix4 = [(256, 2048)] * 4 + [(1, 1024 + 24 * i) for i in range(124)]
-        for name, seqs in (("mix 4q256s2k", mix4), ("mix 16q128", mix16)):
+        # The mixes' prefill and decode rows apart: where a mix's time goes, kernel by kernel.
+        for name, seqs in MIXES:
+            name = name.split(" + ")[0]
             cases.append(Case(f"{geometry} {name} prefill rows", geometry, [s for s in seqs if s[0] > 1]))
             cases.append(Case(f"{geometry} {name} decode rows", geometry, [s for s in seqs if s[0] == 1]))
     for c in cases:

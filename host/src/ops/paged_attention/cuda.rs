@@ -1448,24 +1448,9 @@ unsafe fn launch_direct(
     } else {
         (0, 0)
     };
-    let mut args = KernelArgs::new();
-    push_inputs(&mut args, &bufs);
-    args.push(bufs.out).push(part_o).push(part_lse).push(0u64).push(params);
-    let cfg = LaunchConfig {
-        grid: (spec.max_tokens, l.grid_y, l.splits),
-        block: (l.threads, 1, 1),
-        shared_bytes: l.shared_bytes,
-    };
-    let cluster_z = if l.cluster { l.splits } else { 1 };
-    // SAFETY: the plan's kernel 0 is `l.name`, allowed `l.shared_bytes`; arguments as it takes them.
-    module.launch_function(
-        stream,
-        resolved.function(0),
-        cfg,
-        cluster_z,
-        &mut args.pointers(),
-        settings.programmatic,
-    )?;
+    let (function, partials) = (resolved.function(0), (part_o, part_lse));
+    // SAFETY: the plan's kernel 0 is `l.name`; partials as `l` needs them; a grid of rows.
+    launch_attention(module, stream, &bufs, &l, function, spec.max_tokens, partials, 0, params, &settings)?;
     let Some((_, merge_shared)) = merge_kernel else {
         return Ok(());
     };
@@ -1512,17 +1497,38 @@ unsafe fn launch_apart_decode(
 ) -> Result<()> {
     let mut params = direct_params(spec, &l, settings);
     params.decode_apart = 1;
+    // SAFETY: as this function's contract; no partials (the plan merges in clusters or does not
+    // split).
+    launch_attention(module, stream, bufs, &l, function, spec.max_num_seqs, (0, 0), plan, params, settings)
+}
+
+/// Enqueues a direct plan's attention kernel: one block per (grid x, head chunk, split), its
+/// splits one cluster where `l.cluster` says so.
+///
+/// # Safety
+/// As [`launch_cuda`]; `function` is `l.name`'s handle, allowed `l.shared_bytes`; `partials`
+/// (`part_o`, `part_lse`) hold `l`'s split partials where it leaves them in the workspace;
+/// `plan` is the call's tile plan on a grid of sequences, else 0.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_attention(
+    module: &ContextModule,
+    stream: Stream,
+    bufs: &DeviceBuffers,
+    l: &DirectPlan,
+    function: CUfunction,
+    grid_x: u32,
+    (part_o, part_lse): (u64, u64),
+    plan: u64,
+    params: RpaParams,
+    settings: &LaunchSettings,
+) -> Result<()> {
     let mut args = KernelArgs::new();
     push_inputs(&mut args, bufs);
-    args.push(bufs.out).push(0u64).push(0u64).push(plan).push(params);
-    let cfg = LaunchConfig {
-        grid: (spec.max_num_seqs, l.grid_y, l.splits),
-        block: (l.threads, 1, 1),
-        shared_bytes: l.shared_bytes,
-    };
+    args.push(bufs.out).push(part_o).push(part_lse).push(plan).push(params);
+    let cfg =
+        LaunchConfig { grid: (grid_x, l.grid_y, l.splits), block: (l.threads, 1, 1), shared_bytes: l.shared_bytes };
     let cluster_z = if l.cluster { l.splits } else { 1 };
-    // SAFETY: `function` is `l.name`, allowed `l.shared_bytes`; arguments as it takes them; no
-    // partials (the plan merges in clusters or does not split).
+    // SAFETY: `function` is `l.name`, allowed `l.shared_bytes`; arguments as it takes them.
     module.launch_function(stream, function, cfg, cluster_z, &mut args.pointers(), settings.programmatic)
 }
 
