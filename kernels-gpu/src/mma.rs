@@ -127,6 +127,32 @@ unsafe fn ldmatrix_x4_impl<const TRANS: bool>(addr: u32) -> [u32; 4] {
     }
 }
 
+/// `stmatrix.sync.aligned.m8n8.x4.shared.b16` (sm_90): the inverse of [`ldmatrix_x4`]. Stores
+/// four 8x8 matrices of 16-bit elements to shared memory: lanes `8i..8i+8` give the addresses of
+/// matrix `i`'s eight 16-byte rows; lane `l` supplies, in register `i`, elements `(row l/4, cols
+/// 2(l%4), 2(l%4)+1)` of matrix `i`: an mma accumulator half (rows `g` or `g + 8` of an 8-column
+/// n-tile) packed to pairs.
+///
+/// # Safety
+/// Every lane of the warp must execute it, each with a 16-byte aligned shared-memory address of
+/// 16 writable bytes that no other thread reads or writes concurrently.
+#[inline(always)]
+pub unsafe fn stmatrix_x4(addr: u32, x: [u32; 4]) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::arch::asm!(
+            "stmatrix.sync.aligned.m8n8.x4.shared.b16 [{}], {{{}, {}, {}, {}}};",
+            in(reg32) addr, in(reg32) x[0], in(reg32) x[1], in(reg32) x[2], in(reg32) x[3],
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (addr, x);
+        crate::gpu_only!("stmatrix_x4")
+    }
+}
+
 /// `movmatrix.sync.aligned.m8n8.trans.b16` (sm_75+, PTX 7.8): transposes an 8x8 matrix of 16-bit
 /// elements held as in an mma accumulator half (lane `l` holds row `l/4`, cols `2(l%4)`,
 /// `2(l%4)+1`): lane `l` receives row `l/4`, cols `2(l%4)`, `2(l%4)+1` of the transpose. A C

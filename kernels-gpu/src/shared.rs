@@ -38,3 +38,30 @@ pub unsafe fn shared_address<T>(ptr: *const T) -> u32 {
         crate::gpu_only!("shared_address")
     }
 }
+
+/// Reads 16 bytes at a shared-state-space address (`ld.shared.v4.b32`): what a generic pointer
+/// cannot promise, a single vector load from an address that [`crate::mma::stmatrix_x4`] or
+/// another asm write filled.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned address inside this block's shared memory, written before
+/// (and made visible by a barrier where other threads wrote it).
+#[inline(always)]
+pub unsafe fn load_v4(addr: u32) -> [u32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        // `readonly`, not `nomem`: it must stay after the writes and barriers that publish it.
+        core::arch::asm!(
+            "ld.shared.v4.b32 {{{}, {}, {}, {}}}, [{}];",
+            out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg32) addr,
+            options(readonly, nostack),
+        );
+        [a, b, c, d]
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = addr;
+        crate::gpu_only!("shared::load_v4")
+    }
+}

@@ -42,16 +42,16 @@ use crate::attention::{page_is_valid, RpaParams};
 use crate::barrier;
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::kernel;
-use crate::mma::MmaElement;
+use crate::mma::{stmatrix_x4, MmaElement};
 use crate::num::Bf16;
-use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::shared::{self, dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 use crate::{warpgroup, wgmma};
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use super::paged_attention_mma::{mask_logits, online_softmax_weights_f32, pack_weights, LogitScale};
+use super::paged_attention_mma::{mask_logits, online_softmax_weights_f32, pack_weights, quad_sum, LogitScale};
 use super::paged_attention_tiled::{
     keep_o, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, PlanView, TiledPointers,
     NO_SEQUENCE, TILE_M,
@@ -633,11 +633,98 @@ unsafe fn consume_item<
         turn_begin();
         turn_end();
     }
-    // Every S product (the Q tile's reader) has completed: the loaders may refill the slot.
-    barrier::arrive(smem.empty_q(q_slot.stage));
+    // Each warp owns its rows: normalize and write them. Every S product (the Q tile's only
+    // reader: each consumer has its own) has completed, so the tile is free until this consumer
+    // arrives on the slot's empty barrier, after which the loaders may refill the slot.
+    if D <= 128 {
+        // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
+        // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".)
+        store_rows_staged::<Q, D, NTILES, KSTEPS>(ptr, p, q_tile, warp, c_base, r0, rc, g, &l, &o);
+        barrier::arrive(smem.empty_q(q_slot.stage));
+    } else {
+        // One Q slot at head_dim 256: release it first, so the next item's Q loads under the
+        // stores.
+        barrier::arrive(smem.empty_q(q_slot.stage));
+        store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+    }
+}
 
-    // Each warp owns its rows: normalize and write them.
-    store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+/// 16 bytes, aligned for one vector store.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Chunk([u32; 4]);
+
+/// A consumer warp's rows of the output (head_dim 64 and 128, where the Q ring has two slots):
+/// its 16 M rows of O normalized, packed and stored with `stmatrix` into its quarter of the
+/// consumer's Q tile `tile` (16 rows of `2 D` bytes; 16-byte chunk `c` of row `r` at chunk
+/// `c ^ (r % 8)`: no bank conflicts for the matrix stores or for the row reads), then read back
+/// 16 bytes a lane and written with 16-byte stores, whole rows per half warp. From the
+/// accumulator's layout a lane holds 4-byte pieces 16 bytes apart: four times the store
+/// instructions, and (at 4 x 1k, where an item averages 4.5 key tiles) those stores held the
+/// consumers for a tenth of their time (benchmarks/NOTES.md "v21").
+///
+/// # Safety
+/// Every lane of the warp calls it; `tile` is the consumer's Q tile, which no S product reads any
+/// more and no other thread reads or writes until this consumer arrives on its slot's empty
+/// barrier.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_rows_staged<Q: MmaElement, const D: usize, const NTILES: usize, const PAIRS: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    tile: u32,
+    warp: u32,
+    c_base: u32,
+    r0: u32,
+    rc: u32,
+    g: u32,
+    l: &[f32; 2],
+    o: &[[f32; 4]; NTILES],
+) {
+    // PAIRS: n-tile pairs, and 16-byte chunks a lane reads (16 rows of D / 8 chunks, 32 lanes).
+    const { assert!(NTILES * 8 == D && PAIRS * 2 == NTILES, "n-tiles of 8 dims, in pairs") };
+    let lane = lane_id();
+    let row_bytes = 2 * D as u32;
+    let region = tile + warp * 16 * row_bytes;
+    let chunk_at = |row: u32, chunk: u32| region + row * row_bytes + 16 * (chunk ^ (row % 8));
+    let inv = [0, 1].map(|ri| {
+        let sum = quad_sum(l[ri]);
+        if sum > 0.0 {
+            1.0 / sum
+        } else {
+            0.0
+        }
+    });
+    // Matrices of one `stmatrix`: n-tiles nt and nt + 1, each as rows 0-7 and rows 8-15; lane
+    // `l` addresses row `l % 8` of matrix `l / 8`.
+    let (matrix, matrix_row) = (lane / 8, lane % 8);
+    let row = matrix_row + 8 * (matrix % 2);
+    unroll::<PAIRS>(|pair| {
+        let nt = 2 * pair;
+        let half = |t: usize, ri: usize| Q::pack2(o[t][2 * ri] * inv[ri], o[t][2 * ri + 1] * inv[ri]);
+        stmatrix_x4(
+            chunk_at(row, nt as u32 + matrix / 2),
+            [half(nt, 0), half(nt, 1), half(nt + 1, 0), half(nt + 1, 1)],
+        );
+    });
+    sync_warp();
+    let (group, nq) = (p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
+    // Lane `l`'s k-th chunk: chunk `l % chunks` of row `(32 k + l) / chunks`. The reads are
+    // written first, each into registers of its own: a store holds its source registers until
+    // it has read them, and one register set for all would make every read wait for a store.
+    let chunks = D as u32 / 8;
+    let (chunk, row_of) = (lane % chunks, |k: usize| (k as u32 * WARP_SIZE + lane) / chunks);
+    let mut v = [[0u32; 4]; PAIRS];
+    unroll::<PAIRS>(|k| v[k] = shared::load_v4(chunk_at(row_of(k), chunk)));
+    unroll::<PAIRS>(|k| {
+        let m_row = c_base + warp * 16 + row_of(k);
+        let r = m_row / group;
+        if r < rc {
+            let h = g * group + m_row % group;
+            let dst = ptr.out.add(((r0 + r) as usize * nq + h as usize) * D + chunk as usize * 8);
+            *(dst as *mut Chunk) = Chunk(v[k]);
+        }
+    });
 }
 
 /// Calls `f(seq, first row, rows, KV head)` for the block's (item, KV head) pairs, every role of
