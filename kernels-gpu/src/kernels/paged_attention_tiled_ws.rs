@@ -20,7 +20,9 @@
 //!   the softmax of tile i while that P V runs), releasing each stage on its *empty* mbarrier as
 //!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the two consumers
 //!   take turns to issue their products (FA3's ping-pong, two named barriers), so one's softmax
-//!   runs under the other's matrix products; with 0 they issue freely.
+//!   runs under the other's matrix products; with 0 they issue freely. At an item's end each
+//!   consumer warp stages its rows of O in its own Q tile (`stmatrix`) and writes them with
+//!   16-byte stores (head dims 64 and 128; at 256, whose Q ring has one slot, from registers).
 //!
 //! Keys are visited from the item's first key rounded down to a multiple of 16 (the copies move
 //! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
