@@ -9,8 +9,10 @@
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
 //!   after its K stage) with the tensor memory accelerator, one bulk copy per (16-key page block,
 //!   64-dim column block), lanes 0-7 one 16-key block each, completing the bytes on the stage's
-//!   *full* mbarrier; its warps 2 and 3 load each item's Q tile (`cp.async`, rows past the item
-//!   zero-filled) into a two-slot ring (one slot at head_dim 256), so the next item's Q is in
+//!   *full* mbarrier; its warps 2 and 3 load each item's Q tile (with one thread's bulk copies
+//!   through the call's Q tensor map where a consumer's rows are one box, [`ws_q_by_tma`]; else
+//!   `cp.async`, rows past the item zero-filled) into a two-slot ring (one slot at head_dim 256,
+//!   always `cp.async`), so the next item's Q is in
 //!   place when the consumers finish an item; it runs on 48 registers, the consumers on 224 (24 and
 //!   240 at head_dim 256);
 //! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
@@ -105,7 +107,7 @@ pub const WS_BLOCK_KEYS: u32 = 16;
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
 /// M rows of one consumer warpgroup.
-const CONSUMER_M: u32 = 64;
+pub const CONSUMER_M: u32 = 64;
 /// Registers per thread of the producer and of the consumers, within the block's pool (168 per
 /// thread for 384 threads: 128 x 48 + 256 x 224 <= 384 x 168; budgets are multiples of 8). S
 /// (64), O (64) and P (32) of a consumer thread fit with room for the softmax (at head_dim 256:
@@ -135,15 +137,34 @@ pub const fn ws_tile_rows(group: u32) -> u32 {
     WS_TILE_M / group
 }
 
-/// Global address of the tensor map in the scratch buffer at `plan`: after the plan, at the next
-/// 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only 16-byte aligned).
+/// Global address of the K/V tensor map in the scratch buffer at `plan`: after the plan, at the
+/// next 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only 16-byte
+/// aligned). The Q tensor map follows it.
 pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64) -> u64 {
     (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64)
 }
 
-/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the tensor map.
+/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the K/V and the Q
+/// tensor maps.
 pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
-    plan_bytes(plan_capacity) + 2 * tma::MAP_BYTES as u64
+    plan_bytes(plan_capacity) + 3 * tma::MAP_BYTES as u64
+}
+
+/// Whether a consumer's 64 M rows are one tensor-map box of Q (`group` heads of `64 / group`
+/// tokens: `group` divides 64), which the producer then loads with one bulk copy per 64-dim
+/// column block; other groups' rows straddle tokens and are loaded with `cp.async`.
+pub const fn ws_q_by_tma(group: u32) -> bool {
+    group >= 1 && group <= CONSUMER_M && CONSUMER_M.is_multiple_of(group)
+}
+
+/// The box of the Q tensor map (dims x heads x tokens) for a GQA group ([`ws_q_by_tma`]; a
+/// placeholder box where Q is not loaded through the map).
+pub const fn ws_q_box(group: u32) -> [u32; 3] {
+    if ws_q_by_tma(group) {
+        [64, group, CONSUMER_M / group]
+    } else {
+        [64, 1, 1]
+    }
 }
 
 /// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
@@ -421,6 +442,40 @@ unsafe fn load_q_item<Q, const D: usize>(
     barrier::arrive(smem.full_q(slot.stage));
 }
 
+/// The Q loaders' part of one item where a consumer's 64 M rows are one box of the Q tensor map
+/// `map` ([`ws_q_by_tma`]; one thread of the loaders calls it): once the item's Q slot is empty,
+/// announce both tiles' bytes on the slot's full barrier and copy, per consumer and 64-dim column
+/// block, the box of its `64 / group` tokens' `group` heads, in the 128-byte swizzle that
+/// [`load_q_item`] writes by hand. Rows past the item load other tokens' queries (or zeros past
+/// the tensor): the consumers never store those rows. `items`: the thread's count of sequence
+/// items.
+#[inline(always)]
+unsafe fn load_q_item_tma<const D: usize>(
+    p: &RpaParams,
+    smem: SharedLayout,
+    map: u64,
+    items: &mut u32,
+    r0: u32,
+    g: u32,
+) {
+    let slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    *items += 1;
+    let group = p.num_q_heads / p.num_kv_heads;
+    barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
+    let full = smem.full_q(slot.stage);
+    barrier::arrive_expect_tx(full, 2 * q_tile_bytes(D as u32));
+    unroll::<2>(|c| {
+        // < 2^31: max_tokens is validated on the host.
+        let token = (r0 + c as u32 * (CONSUMER_M / group)) as i32;
+        unroll::<4>(|j| {
+            if j < D / 64 {
+                let dst = smem.q(slot.stage, c as u32) + j as u32 * CONSUMER_M * 128;
+                tma::load_3d(dst, map, 64 * j as i32, (g * group) as i32, token, full);
+            }
+        });
+    });
+}
+
 /// Pins S's registers (64 or 128 keys: 32 or 64 f32) around a `wgmma` that writes them.
 #[inline(always)]
 fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
@@ -642,6 +697,9 @@ unsafe fn consume_item<
         // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
         // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".)
         store_rows_staged::<Q, D, NTILES, KSTEPS>(ptr, p, q_tile, warp, c_base, r0, rc, g, &l, &o);
+        // The loaders may refill the tile with bulk copies (the async proxy): order this warp's
+        // writes and reads of it before them.
+        wgmma::fence_proxy_async_shared();
         barrier::arrive(smem.empty_q(q_slot.stage));
     } else {
         // One Q slot at head_dim 256: release it first, so the next item's Q loads under the
@@ -799,6 +857,9 @@ unsafe fn rpa_tiled_ws<
     // are readable after the wait.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
+    // Q through its tensor map (one thread's bulk copies) where a consumer's rows are one box;
+    // at head_dim 256 the producer's 24 registers keep the `cp.async` loaders.
+    let q_by_tma = D <= 128 && ws_q_by_tma(p.num_q_heads / p.num_kv_heads.max(1));
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
     let base = (raw_address + 1023) & !1023;
@@ -814,7 +875,7 @@ unsafe fn rpa_tiled_ws<
             barrier::init(smem.empty_v(stage), EMPTY_ARRIVALS);
         }
         for slot in 0..MAX_Q_SLOTS {
-            barrier::init(smem.full_q(slot), Q_LOADERS);
+            barrier::init(smem.full_q(slot), if q_by_tma { 1 } else { Q_LOADERS });
             barrier::init(smem.empty_q(slot), EMPTY_ARRIVALS);
         }
         for slot in 0..SCHED_SLOTS {
@@ -861,6 +922,23 @@ unsafe fn rpa_tiled_ws<
                     },
                 );
             }
+        } else if q_by_tma {
+            let issuer = tid == 2 * WARP_SIZE;
+            let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64) + tma::MAP_BYTES as u64;
+            if issuer {
+                tma::acquire_map(q_map);
+            }
+            for_each_pair(
+                &ptr,
+                &p,
+                smem,
+                #[inline(always)]
+                |seq, r0, _, g| {
+                    if seq != NO_SEQUENCE && issuer {
+                        load_q_item_tma::<D>(&p, smem, q_map, &mut items, r0, g)
+                    }
+                },
+            );
         } else {
             for_each_pair(
                 &ptr,
@@ -905,11 +983,12 @@ unsafe fn rpa_tiled_ws<
 }
 
 /// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
-/// item), and its K/V tensor map stored after the plan ([`ws_tensor_map_address`]).
+/// item), and its K/V and Q tensor maps stored after the plan ([`ws_tensor_map_address`]).
 ///
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
-/// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host).
+/// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host), `q_map` its
+/// queries (dims x query heads x `max_tokens`, boxes [`ws_q_box`]).
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 #[kernel]
 pub unsafe fn rpa_plan_ws(
@@ -918,12 +997,14 @@ pub unsafe fn rpa_plan_ws(
     plan: *mut u32,
     params: RpaParams,
     map: TensorMapImage,
+    q_map: TensorMapImage,
 ) {
     if thread_idx_x() == 0 {
         // Before the plan: its grid-dependency wait must come first (plan_items starts with it).
         crate::grid_dependency::wait_for_prerequisites();
         let dst = ws_tensor_map_address(plan as u64, params.plan_capacity as u64) as *mut u64;
         tma::store_map(dst, &map);
+        tma::store_map(dst.add(tma::MAP_BYTES / 8), &q_map);
     }
     plan_items(cu_q_lens, num_seqs, plan, params)
 }

@@ -18,7 +18,7 @@ use kernels_gpu::kernels::paged_attention_tiled::{
     PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
 use kernels_gpu::kernels::paged_attention_tiled_ws::{
-    ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
+    ws_q_box, ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
 };
 use kernels_gpu::tma::TensorMapImage;
 
@@ -1560,6 +1560,21 @@ fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     .encode()
 }
 
+/// The tensor map of the queries for the warp-specialized kernel's Q loads: `max_tokens` tokens ×
+/// query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a GQA group's heads of
+/// `64 / group` tokens) × 64 dims (a 128-byte swizzled column block).
+fn q_tensor_map(spec: &PagedAttention, q: u64) -> Result<[u64; 16]> {
+    let (d, heads) = (spec.head_dim as u64, spec.num_q_heads as u64);
+    TiledTensorMap {
+        address: q,
+        dims: [d, heads, spec.max_tokens as u64],
+        strides: [d * 2, heads * d * 2],
+        boxes: ws_q_box(spec.num_q_heads / spec.num_kv_heads.max(1)),
+        bf16: spec.q_dtype == DType::BF16,
+    }
+    .encode()
+}
+
 /// The tiled kernel: [`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan) writes
 /// the work items into `plan` (scratch), then one block per (item, KV head) runs.
 ///
@@ -1588,8 +1603,9 @@ unsafe fn launch_tiled(
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
     if t.warp_specialized {
-        // The plan kernel stores it after the plan (`ws_tensor_map_address`).
+        // The plan kernel stores them after the plan (`ws_tensor_map_address`).
         args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
+        args.push(TensorMapImage { words: q_tensor_map(spec, bufs.q as u64)? });
     }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
