@@ -150,21 +150,18 @@ pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
     plan_bytes(plan_capacity) + 3 * tma::MAP_BYTES as u64
 }
 
-/// Whether a consumer's 64 M rows are one tensor-map box of Q (`group` heads of `64 / group`
-/// tokens: `group` divides 64), which the producer then loads with one bulk copy per 64-dim
-/// column block; other groups' rows straddle tokens and are loaded with `cp.async`.
-pub const fn ws_q_by_tma(group: u32) -> bool {
-    group >= 1 && group <= CONSUMER_M && CONSUMER_M.is_multiple_of(group)
+/// Whether the producer loads Q through the call's Q tensor map (one bulk copy per consumer and
+/// 64-dim column block): where a consumer's 64 M rows are one box ([`ws_q_box`]: `group` heads
+/// of `64 / group` tokens, so `group` divides 64) and at head_dim 64 and 128 (at 256 the
+/// producer's 24 registers keep the `cp.async` loaders). Other groups' rows straddle tokens. The
+/// host encodes the map only where this holds.
+pub const fn ws_q_by_tma(head_dim: u32, group: u32) -> bool {
+    head_dim <= 128 && group >= 1 && group <= CONSUMER_M && CONSUMER_M.is_multiple_of(group)
 }
 
-/// The box of the Q tensor map (dims x heads x tokens) for a GQA group ([`ws_q_by_tma`]; a
-/// placeholder box where Q is not loaded through the map).
+/// The box of the Q tensor map (dims x heads x tokens) for a GQA group where [`ws_q_by_tma`].
 pub const fn ws_q_box(group: u32) -> [u32; 3] {
-    if ws_q_by_tma(group) {
-        [64, group, CONSUMER_M / group]
-    } else {
-        [64, 1, 1]
-    }
+    [64, group, CONSUMER_M / group]
 }
 
 /// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
@@ -693,7 +690,7 @@ unsafe fn consume_item<
     // Each warp owns its rows: normalize and write them. Every S product (the Q tile's only
     // reader: each consumer has its own) has completed, so the tile is free until this consumer
     // arrives on the slot's empty barrier, after which the loaders may refill the slot.
-    if D <= 128 {
+    if ws_q_slots(D as u32) > 1 {
         // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
         // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".)
         store_rows_staged::<Q, D, NTILES, KSTEPS>(ptr, p, q_tile, warp, c_base, r0, rc, g, &l, &o);
@@ -857,9 +854,7 @@ unsafe fn rpa_tiled_ws<
     // are readable after the wait.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
-    // Q through its tensor map (one thread's bulk copies) where a consumer's rows are one box;
-    // at head_dim 256 the producer's 24 registers keep the `cp.async` loaders.
-    let q_by_tma = D <= 128 && ws_q_by_tma(p.num_q_heads / p.num_kv_heads.max(1));
+    let q_by_tma = ws_q_by_tma(D as u32, p.num_q_heads / p.num_kv_heads.max(1));
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
     let base = (raw_address + 1023) & !1023;
@@ -988,7 +983,8 @@ unsafe fn rpa_tiled_ws<
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
 /// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host), `q_map` its
-/// queries (dims x query heads x `max_tokens`, boxes [`ws_q_box`]).
+/// queries (dims x query heads x `max_tokens`, boxes [`ws_q_box`]) where [`ws_q_by_tma`], else
+/// unused.
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 #[kernel]
 pub unsafe fn rpa_plan_ws(

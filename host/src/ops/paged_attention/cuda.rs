@@ -18,7 +18,7 @@ use kernels_gpu::kernels::paged_attention_tiled::{
     PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
 use kernels_gpu::kernels::paged_attention_tiled_ws::{
-    ws_q_box, ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
+    ws_q_box, ws_q_by_tma, ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
 };
 use kernels_gpu::tma::TensorMapImage;
 
@@ -1560,9 +1560,9 @@ fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     .encode()
 }
 
-/// The tensor map of the queries for the warp-specialized kernel's Q loads: `max_tokens` tokens ×
-/// query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a GQA group's heads of
-/// `64 / group` tokens) × 64 dims (a 128-byte swizzled column block).
+/// The tensor map of the queries for the warp-specialized kernel's Q loads (where `ws_q_by_tma`):
+/// `max_tokens` tokens × query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a
+/// GQA group's heads of `64 / group` tokens) × 64 dims (a 128-byte swizzled column block).
 fn q_tensor_map(spec: &PagedAttention, q: u64) -> Result<[u64; 16]> {
     let (d, heads) = (spec.head_dim as u64, spec.num_q_heads as u64);
     TiledTensorMap {
@@ -1605,7 +1605,10 @@ unsafe fn launch_tiled(
     if t.warp_specialized {
         // The plan kernel stores them after the plan (`ws_tensor_map_address`).
         args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
-        args.push(TensorMapImage { words: q_tensor_map(spec, bufs.q as u64)? });
+        // The Q map only where the kernel loads Q through it (zeros, never read, elsewhere).
+        let group = spec.num_q_heads / spec.num_kv_heads.max(1);
+        let q_map = if ws_q_by_tma(spec.head_dim, group) { q_tensor_map(spec, bufs.q as u64)? } else { [0; 16] };
+        args.push(TensorMapImage { words: q_map });
     }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
