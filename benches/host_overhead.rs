@@ -63,13 +63,16 @@ impl Shape {
     }
 }
 
-const SHAPES: [Shape; 3] = [
+const SHAPES: [Shape; 4] = [
     // one sequence, 128 keys: one kernel
     Shape { name: "decode_1x128", rows: 1, seqs: 1, pages_per_seq: 8, pool_pages: 64 },
     // one sequence, 32k keys: split-KV kernel + merge
     Shape { name: "decode_1x32k", rows: 1, seqs: 1, pages_per_seq: 2048, pool_pages: 2048 },
     // 64 sequences, 2k keys
     Shape { name: "decode_64x2k", rows: 64, seqs: 64, pages_per_seq: 128, pool_pages: 8192 },
+    // one 2k-token prefill: on Hopper the plan kernel and the warp-specialized kernel, with the
+    // K/V and Q tensor maps encoded per call
+    Shape { name: "prefill_1x2k", rows: 2048, seqs: 1, pages_per_seq: 128, pool_pages: 128 },
 ];
 
 fn frame_for(shape: &Shape, ptrs: &[*mut c_void; 8], ws_bytes: i64, stream: *mut c_void) -> FrameBuilder {
@@ -162,7 +165,8 @@ fn cuda_calls(c: &mut Criterion) {
         let kv_lens = stream.clone_htod(&vec![(shape.pages_per_seq * PAGE) as i32; shape.seqs as usize]).unwrap();
         let table: Vec<i32> = (0..shape.seqs * shape.pages_per_seq).map(|i| (i % shape.pool_pages) as i32).collect();
         let table = stream.clone_htod(&table).unwrap();
-        let cu: Vec<i32> = (0..=shape.seqs as i32).map(|i| i.min(shape.rows as i32)).collect();
+        // Sequences of equal query lengths (one row each for the decode shapes).
+        let cu: Vec<i32> = (0..=shape.seqs).map(|i| (i * shape.rows / shape.seqs) as i32).collect();
         let cu = stream.clone_htod(&cu).unwrap();
         let ns = stream.clone_htod(&[shape.seqs as i32]).unwrap();
         let out: CudaSlice<u16> = stream.alloc_zeros(q_elems).unwrap();
