@@ -99,6 +99,17 @@ pub fn opaque_f32(x: f32) -> f32 {
     }
 }
 
+/// 1/x of a softmax row's denominator, or 0 where it is not positive (a row that saw no key:
+/// its output is zeros, not a division by zero).
+#[inline(always)]
+pub fn inverse_or_zero(sum: f32) -> f32 {
+    if sum > 0.0 {
+        1.0 / sum
+    } else {
+        0.0
+    }
+}
+
 /// 1/x by `rcp.approx.ftz.f32` (max error about 1 ulp; no division slow path).
 #[inline(always)]
 pub fn rcp_approx(x: f32) -> f32 {

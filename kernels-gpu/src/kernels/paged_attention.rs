@@ -24,7 +24,7 @@ use crate::attention::{
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::gpu_scope;
 use crate::kernel;
-use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
+use crate::math::{exp2_approx, inverse_or_zero, ln_approx, max_f32, tanh, LOG2_E};
 use crate::num::{Bf16, Element, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_y, sync_threads, thread_idx_x};
@@ -196,7 +196,7 @@ impl BlockHeads {
     }
 }
 
-/// The block of row `t` of sequence `i`, whose rows are `[lo, hi)` and keys `kv_len`, for the
+/// The block of row `t` of sequence `seq_idx`, whose rows are `[lo, hi)` and keys `kv_len`, for the
 /// block's `heads` and split.
 #[inline(always)]
 pub(crate) unsafe fn block_of_row<Q, KV>(
@@ -204,11 +204,10 @@ pub(crate) unsafe fn block_of_row<Q, KV>(
     p: &RpaParams,
     heads: BlockHeads,
     t: u32,
-    (i, lo, hi, kv_len): (u32, i32, i32, i32),
+    (seq_idx, lo, hi, kv_len): (u32, i32, i32, i32),
 ) -> Block {
     let BlockHeads { g, h0, hc, split } = heads;
     let window = row_window(t as i32, lo, hi, kv_len, p.pages_per_seq * p.page_size, p.sliding_window);
-    let seq_idx = i;
     let (visit_lo, visit_hi) = window.visit_range(p.include_masked != 0);
     let split_lo = visit_lo.saturating_add(split.saturating_mul(p.split_len)).min(visit_hi);
     let split_hi = split_lo.saturating_add(p.split_len).min(visit_hi);
@@ -895,7 +894,7 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
         }
         if unit < units {
             let sum = *wsums.add(unit / lanes);
-            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+            let inv = inverse_or_zero(sum);
             let mut out = [Q::from_f32(0.0); MERGE_VECTOR];
             unroll::<MERGE_VECTOR>(|e| out[e] = Q::from_f32(acc[e] * inv));
             store_vec(ptr.out.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR), out);

@@ -33,7 +33,7 @@ use crate::attention::{
 };
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
-use crate::math::FastDiv;
+use crate::math::{inverse_or_zero, FastDiv};
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::Bf16;
 use crate::shared::{dynamic_shared_mem, shared_address};
@@ -766,7 +766,7 @@ pub(crate) unsafe fn store_rows<Q: MmaElement, const D: usize, const NTILES: usi
         let sum = quad_sum(l[ri]);
         let r = m_rows[ri] / group;
         if r < rc {
-            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+            let inv = inverse_or_zero(sum);
             let h = g * group + m_rows[ri] % group;
             let row = ptr.out.add(((r0 + r) as usize * nq + h as usize) * D);
             unroll::<NTILES>(|nt| {

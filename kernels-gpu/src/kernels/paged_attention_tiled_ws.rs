@@ -46,6 +46,7 @@ use crate::attention::{page_is_valid, RpaParams};
 use crate::barrier;
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::kernel;
+use crate::math::inverse_or_zero;
 use crate::mma::{stmatrix_x4, MmaElement};
 use crate::num::Bf16;
 use crate::shared::{self, dynamic_shared_mem, shared_address};
@@ -744,14 +745,7 @@ unsafe fn store_rows_staged<Q: MmaElement, const D: usize, const NTILES: usize, 
     let row_bytes = 2 * D as u32;
     let region = tile + warp * 16 * row_bytes;
     let chunk_at = |row: u32, chunk: u32| region + row * row_bytes + 16 * (chunk ^ (row % 8));
-    let inv = [0, 1].map(|ri| {
-        let sum = quad_sum(l[ri]);
-        if sum > 0.0 {
-            1.0 / sum
-        } else {
-            0.0
-        }
-    });
+    let inv = [0, 1].map(|ri| inverse_or_zero(quad_sum(l[ri])));
     // Matrices of one `stmatrix`: n-tiles nt and nt + 1, each as rows 0-7 and rows 8-15; lane
     // `l` addresses row `l % 8` of matrix `l / 8`.
     let (matrix, matrix_row) = (lane / 8, lane % 8);
