@@ -374,7 +374,7 @@ const DEFAULT_KEY_ROWS: u32 = 1;
 /// Whether the pipelined kernel's key-rows layout covers a problem: a GQA group that fits its
 /// columns, head_dim 64 or 128.
 pub fn key_rows_applies(spec: &PagedAttention) -> bool {
-    spec.num_q_heads / spec.num_kv_heads.max(1) <= KEY_ROWS_MAX_HEADS && matches!(spec.head_dim, 64 | 128)
+    spec.group() <= KEY_ROWS_MAX_HEADS && matches!(spec.head_dim, 64 | 128)
 }
 
 /// Whether the pipelined kernel runs `spec` in the key-rows layout: where it applies and the
@@ -620,7 +620,7 @@ pub fn pipelined_applies(spec: &PagedAttention, cc: u32) -> bool {
 /// Whether the tiled kernel covers `spec`: f16/bf16 q with unscaled KV of the same dtype, head dim
 /// 64 or 128, a GQA group of at most 64; sm_80+.
 pub fn tiled_applies(spec: &PagedAttention, cc: u32) -> bool {
-    tile_dtypes_apply(spec) && tiled_supports(spec.head_dim, spec.num_q_heads / spec.num_kv_heads) && cc >= 80
+    tile_dtypes_apply(spec) && tiled_supports(spec.head_dim, spec.group()) && cc >= 80
 }
 
 /// The tile kernels' dtypes: f16/bf16 q with unscaled KV of the same dtype.
@@ -635,7 +635,7 @@ fn tile_dtypes_apply(spec: &PagedAttention) -> bool {
 /// (`ws_work_indices_fit`: about 2^30 query rows times KV heads).
 pub fn tiled_ws_applies(spec: &PagedAttention, cc: u32) -> bool {
     tile_dtypes_apply(spec)
-        && ws_supports(spec.head_dim, spec.num_q_heads / spec.num_kv_heads.max(1))
+        && ws_supports(spec.head_dim, spec.group())
         && cc >= 90
         && spec.page_size.is_multiple_of(WS_BLOCK_KEYS)
         && spec.total_pages as u64 * spec.page_size as u64 <= i32::MAX as u64
@@ -1010,7 +1010,7 @@ fn plan_launch(
         );
     }
     if matches!(kernel, KernelChoice::Tiled | KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized) {
-        let group = spec.num_q_heads / spec.num_kv_heads;
+        let group = spec.group();
         let ws = kernel == KernelChoice::TiledWarpSpecialized;
         let rows = if ws { ws_tile_rows(group) } else { tile_rows(group) };
         let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
@@ -1044,7 +1044,7 @@ fn plan_launch(
             _ => return Ok(plan),
         }
     }
-    let group = spec.num_q_heads / spec.num_kv_heads;
+    let group = spec.group();
     let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
     let (heads_per_block, threads, mut shared_bytes, mut stages) = match kernel {
         KernelChoice::Pipelined => {
@@ -1560,16 +1560,21 @@ fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     .encode()
 }
 
-/// The tensor map of the queries for the warp-specialized kernel's Q loads (where `ws_q_by_tma`):
-/// `max_tokens` tokens × query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a
-/// GQA group's heads of `64 / group` tokens) × 64 dims (a 128-byte swizzled column block).
-fn q_tensor_map(spec: &PagedAttention, q: u64) -> Result<[u64; 16]> {
+/// The tensor map of the queries for the warp-specialized kernel's Q loads: `max_tokens` tokens ×
+/// query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a GQA group's heads of
+/// `64 / group` tokens) × 64 dims (a 128-byte swizzled column block); zeros, never read, where the
+/// kernel loads Q with `cp.async` instead (not `ws_q_by_tma`).
+fn ws_q_tensor_map(spec: &PagedAttention, q: u64) -> Result<[u64; 16]> {
+    let group = spec.group();
+    if !ws_q_by_tma(spec.head_dim, group) {
+        return Ok([0; 16]);
+    }
     let (d, heads) = (spec.head_dim as u64, spec.num_q_heads as u64);
     TiledTensorMap {
         address: q,
         dims: [d, heads, spec.max_tokens as u64],
         strides: [d * 2, heads * d * 2],
-        boxes: ws_q_box(spec.num_q_heads / spec.num_kv_heads.max(1)),
+        boxes: ws_q_box(group),
         bf16: spec.q_dtype == DType::BF16,
     }
     .encode()
@@ -1605,10 +1610,7 @@ unsafe fn launch_tiled(
     if t.warp_specialized {
         // The plan kernel stores them after the plan (`ws_tensor_map_address`).
         args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
-        // The Q map only where the kernel loads Q through it (zeros, never read, elsewhere).
-        let group = spec.num_q_heads / spec.num_kv_heads.max(1);
-        let q_map = if ws_q_by_tma(spec.head_dim, group) { q_tensor_map(spec, bufs.q as u64)? } else { [0; 16] };
-        args.push(TensorMapImage { words: q_map });
+        args.push(TensorMapImage { words: ws_q_tensor_map(spec, bufs.q as u64)? });
     }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
@@ -1647,7 +1649,7 @@ fn tile_grid(module: &ContextModule, spec: &PagedAttention, t: &TiledPlan, persi
 /// Whether the warp-specialized kernel's work indices ((item, KV head) pairs and, in the plan's
 /// fallback, rows times heads, with a grid's width of slack) stay below 2^32.
 fn ws_work_indices_fit(spec: &PagedAttention) -> bool {
-    let group = spec.num_q_heads / spec.num_kv_heads.max(1);
+    let group = spec.group();
     let rows = ws_tile_rows(group.max(1)).max(1) as u64;
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows);
     3 * capacity.max(spec.max_tokens as u64) * spec.num_kv_heads as u64 <= u32::MAX as u64

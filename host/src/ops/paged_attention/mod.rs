@@ -224,6 +224,12 @@ impl PagedAttention {
         })
     }
 
+    /// Query heads per KV head: the GQA group (`num_kv_heads` divides `num_q_heads`, checked by
+    /// [`PagedAttention::from_tensors`]; the guard keeps a hand-built spec from dividing by 0).
+    pub fn group(&self) -> u32 {
+        self.num_q_heads / self.num_kv_heads.max(1)
+    }
+
     /// Whether keys outside the causal/sliding window must be visited (custom `mask_value`).
     pub fn include_masked(&self) -> bool {
         masked_keys_matter(self.attrs.mask_value.unwrap_or(DEFAULT_MASK_VALUE))
