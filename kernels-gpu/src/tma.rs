@@ -11,6 +11,11 @@
 //! Boxes partly or wholly outside the tensor are filled with zeros, and still count their full
 //! size in bytes.
 //!
+//! The other way, [`store_3d`] writes a box from shared memory to the tensor (elements outside it
+//! are not written), tracked per thread in bulk groups ([`bulk_commit_group`]): the shared source
+//! may be reused once [`bulk_wait_group_read`] returns, the global writes are done once
+//! [`bulk_wait_group`] returns.
+//!
 //! The map lives in global memory: the host encodes it (`cuTensorMapEncodeTiled`) and a kernel
 //! that runs before the user writes it there ([`store_map`]), publishing it to the tensor-map
 //! proxy ([`release_map_writes`]); the user acquires it ([`acquire_map`]) before its first copy.
@@ -92,4 +97,68 @@ pub unsafe fn load_3d(dst: u32, map: u64, c0: i32, c1: i32, c2: i32, bar: u32) {
         let _ = (dst, map, c0, c1, c2, bar);
         crate::gpu_only!("tma::load_3d")
     }
+}
+
+/// Writes the box at coordinates `(c0, c1, c2)` of the tensor that `map` describes from shared
+/// memory at `src`, laid out in the map's swizzle; elements outside the tensor are not written
+/// (`cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group`). The copy joins this thread's
+/// next bulk group ([`bulk_commit_group`]).
+///
+/// # Safety
+/// `map` as for [`acquire_map`] (acquired by this thread); `src` a shared address aligned as the
+/// map's swizzle needs, holding the box, written before by this or other threads whose writes
+/// were fenced to the async proxy (`fence.proxy.async.shared::cta`) and ordered before this call
+/// (a barrier); the box's bytes stay unchanged until [`bulk_wait_group_read`] says they were read;
+/// nothing else writes the box's elements of the tensor meanwhile.
+#[inline(always)]
+pub unsafe fn store_3d(map: u64, src: u32, c0: i32, c1: i32, c2: i32) {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!(
+        "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [{map}, {{{c0}, {c1}, {c2}}}], [{src}];",
+        map = in(reg64) map, c0 = in(reg32) c0, c1 = in(reg32) c1, c2 = in(reg32) c2, src = in(reg32) src,
+        options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    {
+        let _ = (map, src, c0, c1, c2);
+        crate::gpu_only!("tma::store_3d")
+    }
+}
+
+/// Closes this thread's bulk group: the [`store_3d`] copies issued since the last commit
+/// (`cp.async.bulk.commit_group`).
+///
+/// # Safety
+/// sm_90 (the sm_90a image).
+#[inline(always)]
+pub unsafe fn bulk_commit_group() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("cp.async.bulk.commit_group;", options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("tma::bulk_commit_group")
+}
+
+/// Waits until at most `PENDING` of this thread's bulk groups still read their shared sources
+/// (`cp.async.bulk.wait_group.read`): the others' boxes may be overwritten.
+///
+/// # Safety
+/// sm_90 (the sm_90a image).
+#[inline(always)]
+pub unsafe fn bulk_wait_group_read<const PENDING: u32>() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("cp.async.bulk.wait_group.read {n};", n = const PENDING, options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("tma::bulk_wait_group_read")
+}
+
+/// Waits until at most `PENDING` of this thread's bulk groups are incomplete
+/// (`cp.async.bulk.wait_group`): the others' global writes are done.
+///
+/// # Safety
+/// sm_90 (the sm_90a image).
+#[inline(always)]
+pub unsafe fn bulk_wait_group<const PENDING: u32>() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("cp.async.bulk.wait_group {n};", n = const PENDING, options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("tma::bulk_wait_group")
 }

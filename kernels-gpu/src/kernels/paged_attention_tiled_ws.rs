@@ -3,7 +3,8 @@
 //!
 //! The work items are the tiled kernel's ([`super::paged_attention_tiled::plan_items`], with
 //! [`ws_tile_rows`] query rows per tile item: 128 M rows), planned by [`rpa_plan_ws`], which also
-//! stores the call's K/V tensor map ([`crate::tma`]) after the plan ([`ws_tensor_map_address`]).
+//! stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after the plan
+//! ([`ws_tensor_map_address`]).
 //! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
 //! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
@@ -23,8 +24,11 @@
 //!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the two consumers
 //!   take turns to issue their products (FA3's ping-pong, two named barriers), so one's softmax
 //!   runs under the other's matrix products; with 0 they issue freely. At an item's end each
-//!   consumer warp stages its rows of O in its own Q tile (`stmatrix`) and writes them with
-//!   16-byte stores (head dims 64 and 128; at 256, whose Q ring has one slot, from registers).
+//!   consumer warp stages its rows of O in its own Q tile (`stmatrix`, head dims 64 and 128; at
+//!   256, whose Q ring has one slot, they are stored from registers): where Q came by its map and
+//!   all 64 of the consumer's rows are in the item, in the map's layout, and one thread writes the
+//!   tile with bulk tensor stores through the output's map; else each warp reads its rows back
+//!   and writes them with 16-byte stores.
 //!
 //! Keys are visited from the item's first key rounded down to a multiple of 16 (the copies move
 //! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
@@ -140,15 +144,15 @@ pub const fn ws_tile_rows(group: u32) -> u32 {
 
 /// Global address of the K/V tensor map in the scratch buffer at `plan`: after the plan, at the
 /// next 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only 16-byte
-/// aligned). The Q tensor map follows it.
+/// aligned). The Q tensor map follows it, then the output's ([`ws_q_by_tma`]: the same layout).
 pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64) -> u64 {
     (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64)
 }
 
-/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the K/V and the Q
-/// tensor maps.
+/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the K/V, the Q and
+/// the output tensor maps.
 pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
-    plan_bytes(plan_capacity) + 3 * tma::MAP_BYTES as u64
+    plan_bytes(plan_capacity) + 4 * tma::MAP_BYTES as u64
 }
 
 /// Whether the producer loads Q through the call's Q tensor map (one bulk copy per consumer and
@@ -504,6 +508,7 @@ unsafe fn consume_item<
     p: &RpaParams,
     smem: SharedLayout,
     consumer: u32,
+    o_map: u64,
     tiles: &mut u32,
     items: &mut u32,
     seq: u32,
@@ -693,8 +698,14 @@ unsafe fn consume_item<
     // arrives on the slot's empty barrier, after which the loaders may refill the slot.
     if ws_q_slots(D as u32) > 1 {
         // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
-        // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".)
-        store_rows_staged::<Q, D, NTILES, KSTEPS>(ptr, p, q_tile, warp, c_base, r0, rc, g, &l, &o);
+        // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".) All
+        // 64 rows in the item (this consumer's tokens): one bulk store per column block.
+        if o_map != 0 && (c_base + CONSUMER_M) / group <= rc {
+            let token = r0 + c_base / group;
+            store_rows_tma::<Q, D, NTILES, KSTEPS>(q_tile, warp, wtid, consumer, o_map, token, g * group, &l, &o);
+        } else {
+            store_rows_staged::<Q, D, NTILES, KSTEPS>(ptr, p, q_tile, warp, c_base, r0, rc, g, &l, &o);
+        }
         // The loaders may refill the tile with bulk copies (the async proxy): order this warp's
         // writes and reads of it before them.
         wgmma::fence_proxy_async_shared();
@@ -704,6 +715,64 @@ unsafe fn consume_item<
         // stores.
         barrier::arrive(smem.empty_q(q_slot.stage));
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+    }
+}
+
+/// A consumer's 64 rows of the output where all are in the item and Q came by the map (head_dim 64
+/// and 128): each warp's 16 M rows normalized, packed and stored with `stmatrix` into the
+/// consumer's Q tile in the layout the Q map's box has (per 64-dim column block, 64 rows of 128
+/// bytes in the 128-byte swizzle), then, once the consumer's four warps are done, one thread
+/// writes the tile with one bulk tensor store per column block through the output's map (the
+/// Q map's layout at `out`) and waits until the copies have read the tile. The stores leave the
+/// warps' load/store pipeline to the TMA unit. `token`: the consumer's first token; `head`: its
+/// first query head.
+///
+/// # Safety
+/// Every thread of the consumer calls it, in uniform control flow; `tile` is the consumer's Q
+/// tile, which no S product reads any more and no other thread reads or writes until this
+/// consumer arrives on its slot's empty barrier (after this returns); `o_map` acquired by the
+/// consumer's thread 0 (`wtid` 0), whose tensor's tokens `token..token + 64 / group` of heads
+/// `head..head + group` no other thread writes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_rows_tma<Q: MmaElement, const D: usize, const NTILES: usize, const PAIRS: usize>(
+    tile: u32,
+    warp: u32,
+    wtid: u32,
+    consumer: u32,
+    o_map: u64,
+    token: u32,
+    head: u32,
+    l: &[f32; 2],
+    o: &[[f32; 4]; NTILES],
+) {
+    const { assert!(NTILES * 8 == D && PAIRS * 2 == NTILES, "n-tiles of 8 dims, in pairs") };
+    let lane = lane_id();
+    // 16-byte chunk `chunk` (8 dims) of M row `m`: column block chunk / 8, swizzled in its row.
+    let chunk_at =
+        |m: u32, chunk: u32| tile + (chunk / 8) * (CONSUMER_M * 128) + m * 128 + 16 * ((chunk % 8) ^ (m % 8));
+    let inv = [0, 1].map(|ri| inverse_or_zero(quad_sum(l[ri])));
+    // As in `store_rows_staged`: lane `l` addresses row `l % 8` of matrix `l / 8`.
+    let (matrix, matrix_row) = (lane / 8, lane % 8);
+    let m = warp * 16 + matrix_row + 8 * (matrix % 2);
+    unroll::<PAIRS>(|pair| {
+        let nt = 2 * pair;
+        let half = |t: usize, ri: usize| Q::pack2(o[t][2 * ri] * inv[ri], o[t][2 * ri + 1] * inv[ri]);
+        stmatrix_x4(chunk_at(m, nt as u32 + matrix / 2), [half(nt, 0), half(nt, 1), half(nt + 1, 0), half(nt + 1, 1)]);
+    });
+    // The tile's generic writes, visible to the bulk copies (the async proxy) after the barrier.
+    wgmma::fence_proxy_async_shared();
+    barrier::sync_named_id(5 + consumer, WARPGROUP);
+    if wtid == 0 {
+        unroll::<4>(|j| {
+            if j < D / 64 {
+                // < 2^31: max_tokens and the heads are validated on the host.
+                tma::store_3d(o_map, tile + j as u32 * CONSUMER_M * 128, 64 * j as i32, head as i32, token as i32);
+            }
+        });
+        tma::bulk_commit_group();
+        // The caller's arrival on the slot's empty barrier then frees the tile.
+        tma::bulk_wait_group_read::<0>();
     }
 }
 
@@ -948,6 +1017,17 @@ unsafe fn rpa_tiled_ws<
             warpgroup::claim_registers::<CONSUMER_REGISTERS>();
         }
         let consumer = role - 1;
+        // The output's tensor map, for the epilogue's bulk stores of whole consumer tiles
+        // (`store_rows_tma`); 0 where Q is not loaded by the map (another layout).
+        let o_map = if q_by_tma {
+            ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64) + 2 * tma::MAP_BYTES as u64
+        } else {
+            0
+        };
+        let issuer = (tid - WARPGROUP) % WARPGROUP == 0;
+        if o_map != 0 && issuer {
+            tma::acquire_map(o_map);
+        }
         // Ping-pong turns (see `consume_item`): consumer 0 goes first.
         let pingpong = p.consumer_schedule != 0;
         if pingpong && consumer == 1 {
@@ -960,10 +1040,14 @@ unsafe fn rpa_tiled_ws<
             #[inline(always)]
             |seq, r0, rc, g| {
                 consume_item::<Q, D, KSTEPS, NTILES, KN, KSP, PW>(
-                    &ptr, &p, smem, consumer, &mut tiles, &mut items, seq, r0, rc, g,
+                    &ptr, &p, smem, consumer, o_map, &mut tiles, &mut items, seq, r0, rc, g,
                 )
             },
         );
+        // The last bulk stores' writes done before the block ends.
+        if o_map != 0 && issuer {
+            tma::bulk_wait_group::<0>();
+        }
         // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
         if pingpong && consumer == 0 {
             barrier::sync_named::<3>(2 * WARPGROUP);
@@ -988,6 +1072,7 @@ pub unsafe fn rpa_plan_ws(
     params: RpaParams,
     map: TensorMapImage,
     q_map: TensorMapImage,
+    o_map: TensorMapImage,
 ) {
     if thread_idx_x() == 0 {
         // Before the plan: its grid-dependency wait must come first (plan_items starts with it).
@@ -995,6 +1080,7 @@ pub unsafe fn rpa_plan_ws(
         let dst = ws_tensor_map_address(plan as u64, params.plan_capacity as u64) as *mut u64;
         tma::store_map(dst, &map);
         tma::store_map(dst.add(tma::MAP_BYTES / 8), &q_map);
+        tma::store_map(dst.add(2 * tma::MAP_BYTES / 8), &o_map);
     }
     plan_items(cu_q_lens, num_seqs, plan, params)
 }

@@ -1560,18 +1560,19 @@ fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     .encode()
 }
 
-/// The tensor map of the queries for the warp-specialized kernel's Q loads: `max_tokens` tokens ×
+/// The tensor map of the queries (at `q`; of the output, which has their shape, at `out`) for the
+/// warp-specialized kernel's Q loads (and bulk stores of output tiles): `max_tokens` tokens ×
 /// query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a GQA group's heads of
 /// `64 / group` tokens) × 64 dims (a 128-byte swizzled column block); zeros, never read, where the
 /// kernel loads Q with `cp.async` instead (not `ws_q_by_tma`).
-fn ws_q_tensor_map(spec: &PagedAttention, q: u64) -> Result<[u64; 16]> {
+fn ws_q_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]> {
     let group = spec.group();
     if !ws_q_by_tma(spec.head_dim, group) {
         return Ok([0; 16]);
     }
     let (d, heads) = (spec.head_dim as u64, spec.num_q_heads as u64);
     TiledTensorMap {
-        address: q,
+        address,
         dims: [d, heads, spec.max_tokens as u64],
         strides: [d * 2, heads * d * 2],
         boxes: ws_q_box(group),
@@ -1611,6 +1612,8 @@ unsafe fn launch_tiled(
         // The plan kernel stores them after the plan (`ws_tensor_map_address`).
         args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
         args.push(TensorMapImage { words: ws_q_tensor_map(spec, bufs.q as u64)? });
+        // The output has Q's shape: its map, for the epilogue's bulk stores.
+        args.push(TensorMapImage { words: ws_q_tensor_map(spec, bufs.out as u64)? });
     }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
