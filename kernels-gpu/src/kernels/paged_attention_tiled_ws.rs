@@ -1024,7 +1024,7 @@ unsafe fn rpa_tiled_ws<
         } else {
             0
         };
-        let issuer = (tid - WARPGROUP) % WARPGROUP == 0;
+        let issuer = tid.is_multiple_of(WARPGROUP); // the consumer's thread 0
         if o_map != 0 && issuer {
             tma::acquire_map(o_map);
         }
