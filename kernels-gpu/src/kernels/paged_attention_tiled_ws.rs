@@ -718,6 +718,34 @@ unsafe fn consume_item<
     }
 }
 
+/// A warp's 16 M rows of O, normalized by their softmax sums `l` and packed, written with
+/// `stmatrix` to shared memory: 16-byte chunk `chunk` (8 dims) of the warp's row `row` at
+/// `chunk_at(row, chunk)`. Matrices of one `stmatrix`: n-tiles nt and nt + 1, each as rows 0-7 and
+/// rows 8-15; lane `l` addresses row `l % 8` of matrix `l / 8`.
+///
+/// # Safety
+/// Every lane of the warp calls it; `chunk_at` gives 16-byte aligned shared addresses that no other
+/// thread reads or writes meanwhile.
+#[inline(always)]
+unsafe fn stage_rows<Q: MmaElement, const NTILES: usize, const PAIRS: usize>(
+    l: &[f32; 2],
+    o: &[[f32; 4]; NTILES],
+    chunk_at: impl Fn(u32, u32) -> u32,
+) {
+    let lane = lane_id();
+    let inv = [0, 1].map(|ri| inverse_or_zero(quad_sum(l[ri])));
+    let (matrix, matrix_row) = (lane / 8, lane % 8);
+    let row = matrix_row + 8 * (matrix % 2);
+    unroll::<PAIRS>(|pair| {
+        let nt = 2 * pair;
+        let half = |t: usize, ri: usize| Q::pack2(o[t][2 * ri] * inv[ri], o[t][2 * ri + 1] * inv[ri]);
+        stmatrix_x4(
+            chunk_at(row, nt as u32 + matrix / 2),
+            [half(nt, 0), half(nt, 1), half(nt + 1, 0), half(nt + 1, 1)],
+        );
+    });
+}
+
 /// A consumer's 64 rows of the output where all are in the item and Q came by the map (head_dim 64
 /// and 128): each warp's 16 M rows normalized, packed and stored with `stmatrix` into the
 /// consumer's Q tile in the layout the Q map's box has (per 64-dim column block, 64 rows of 128
@@ -747,19 +775,10 @@ unsafe fn store_rows_tma<Q: MmaElement, const D: usize, const NTILES: usize, con
     o: &[[f32; 4]; NTILES],
 ) {
     const { assert!(NTILES * 8 == D && PAIRS * 2 == NTILES, "n-tiles of 8 dims, in pairs") };
-    let lane = lane_id();
     // 16-byte chunk `chunk` (8 dims) of M row `m`: column block chunk / 8, swizzled in its row.
     let chunk_at =
         |m: u32, chunk: u32| tile + (chunk / 8) * (CONSUMER_M * 128) + m * 128 + 16 * ((chunk % 8) ^ (m % 8));
-    let inv = [0, 1].map(|ri| inverse_or_zero(quad_sum(l[ri])));
-    // As in `store_rows_staged`: lane `l` addresses row `l % 8` of matrix `l / 8`.
-    let (matrix, matrix_row) = (lane / 8, lane % 8);
-    let m = warp * 16 + matrix_row + 8 * (matrix % 2);
-    unroll::<PAIRS>(|pair| {
-        let nt = 2 * pair;
-        let half = |t: usize, ri: usize| Q::pack2(o[t][2 * ri] * inv[ri], o[t][2 * ri + 1] * inv[ri]);
-        stmatrix_x4(chunk_at(m, nt as u32 + matrix / 2), [half(nt, 0), half(nt, 1), half(nt + 1, 0), half(nt + 1, 1)]);
-    });
+    stage_rows::<Q, NTILES, PAIRS>(l, o, |row, chunk| chunk_at(warp * 16 + row, chunk));
     // The tile's generic writes, visible to the bulk copies (the async proxy) after the barrier.
     wgmma::fence_proxy_async_shared();
     barrier::sync_named_id(5 + consumer, WARPGROUP);
@@ -814,19 +833,7 @@ unsafe fn store_rows_staged<Q: MmaElement, const D: usize, const NTILES: usize, 
     let row_bytes = 2 * D as u32;
     let region = tile + warp * 16 * row_bytes;
     let chunk_at = |row: u32, chunk: u32| region + row * row_bytes + 16 * (chunk ^ (row % 8));
-    let inv = [0, 1].map(|ri| inverse_or_zero(quad_sum(l[ri])));
-    // Matrices of one `stmatrix`: n-tiles nt and nt + 1, each as rows 0-7 and rows 8-15; lane
-    // `l` addresses row `l % 8` of matrix `l / 8`.
-    let (matrix, matrix_row) = (lane / 8, lane % 8);
-    let row = matrix_row + 8 * (matrix % 2);
-    unroll::<PAIRS>(|pair| {
-        let nt = 2 * pair;
-        let half = |t: usize, ri: usize| Q::pack2(o[t][2 * ri] * inv[ri], o[t][2 * ri + 1] * inv[ri]);
-        stmatrix_x4(
-            chunk_at(row, nt as u32 + matrix / 2),
-            [half(nt, 0), half(nt, 1), half(nt + 1, 0), half(nt + 1, 1)],
-        );
-    });
+    stage_rows::<Q, NTILES, PAIRS>(l, o, chunk_at);
     sync_warp();
     let (group, nq) = (p.num_q_heads / p.num_kv_heads, p.num_q_heads as usize);
     // Lane `l`'s k-th chunk: chunk `l % chunks` of row `(32 k + l) / chunks`. The reads are
