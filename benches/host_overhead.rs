@@ -5,7 +5,7 @@
 //! - `host_overhead/ffi_decode_validate`: the Host handler on an empty batch (no rows): call-frame
 //!   decoding and validation only. Runs anywhere (CI).
 //! - `host_overhead/tensor_map_encode` (GPU machine only: the driver's encode): one tensor map
-//!   of a prefill call, which encodes two per call.
+//!   of a prefill call, which encodes three per call.
 //! - `host_overhead/ffi_cuda/<case>` and `host_overhead/capi_cuda/<case>` (GPU only): the CUDA
 //!   handler / the C API end to end on a real stream, with XLA's workspace. Timed on the host over
 //!   bursts of 256 calls; the stream is drained between bursts, untimed, and the calls' metadata
@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use xla_gpu_kernels::host::capi::{XgkPagedAttentionAttrs, XgkTensor};
-use xla_gpu_kernels::host::ops::paged_attention::{workspace_bytes_with, Attributes, KernelChoice, PagedAttention};
-use xla_gpu_kernels::host::runtime::TiledTensorMap;
+use xla_gpu_kernels::host::ops::paged_attention::{
+    kv_tensor_map, workspace_bytes_with, Attributes, KernelChoice, PagedAttention,
+};
 use xla_gpu_kernels::host::xla::ffi::testing::{take_error, FrameBuilder};
 use xla_gpu_kernels::host::{dtype::TensorRef, DType};
 use xla_gpu_kernels::*;
@@ -81,7 +82,7 @@ const SHAPES: [Shape; 4] = [
     // 64 sequences, 2k keys
     Shape { name: "decode_64x2k", rows: 64, seqs: 64, pages_per_seq: 128, pool_pages: 8192 },
     // one 2k-token prefill: on Hopper the plan kernel and the warp-specialized kernel, with the
-    // K/V and Q tensor maps encoded per call
+    // K/V, Q and output tensor maps encoded per call
     Shape { name: "prefill_1x2k", rows: 2048, seqs: 1, pages_per_seq: 128, pool_pages: 128 },
 ];
 
@@ -257,16 +258,10 @@ fn cuda_calls(c: &mut Criterion) {
         })
     });
     g.bench_function("module_for_stream", |b| b.iter(|| unsafe { KERNELS.for_stream(raw_stream) }.unwrap()));
-    // A prefill call's tensor map: the driver's encode of the K/V pool's map (prefill_1x2k's
-    // shape), which every prefill call pays twice (K/V and Q).
-    let kv_map = TiledTensorMap {
-        address: pa as u64,
-        dims: [DIM as u64, 2 * KV_HEADS as u64, 128 * PAGE as u64],
-        strides: [DIM as u64 * 2, 2 * KV_HEADS as u64 * DIM as u64 * 2],
-        boxes: [64, 1, 16],
-        bf16: true,
-    };
-    g.bench_function("tensor_map_encode", |b| b.iter(|| kv_map.encode().unwrap()));
+    // A prefill call's tensor map: the K/V pool's, as prefill_1x2k's calls encode it (every
+    // prefill call encodes it and two of the queries' shape).
+    let prefill = SHAPES.iter().find(|s| s.name == "prefill_1x2k").unwrap().spec();
+    g.bench_function("tensor_map_encode", |b| b.iter(|| kv_tensor_map(&prefill, pa as u64).unwrap()));
     // The driver's own floor: cuLaunchKernel of the same kernel with prepared arguments.
     let module = unsafe { KERNELS.for_stream(raw_stream) }.unwrap();
     let f = module.function_with_shared("simple_add_f32", 0).unwrap();

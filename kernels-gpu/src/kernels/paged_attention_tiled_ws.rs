@@ -142,11 +142,22 @@ pub const fn ws_tile_rows(group: u32) -> u32 {
     WS_TILE_M / group
 }
 
-/// Global address of the K/V tensor map in the scratch buffer at `plan`: after the plan, at the
-/// next 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only 16-byte
-/// aligned). The Q tensor map follows it, then the output's ([`ws_q_by_tma`]: the same layout).
-pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64) -> u64 {
-    (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64)
+/// The tensor maps [`rpa_plan_ws`] stores after the plan, in this order.
+#[derive(Clone, Copy)]
+pub enum WsMap {
+    /// The KV pool's (the producer's K and V copies).
+    KeysValues = 0,
+    /// The queries' (where [`ws_q_by_tma`]).
+    Queries = 1,
+    /// The output's, Q's layout at `out` (the epilogue's bulk stores, where [`ws_q_by_tma`]).
+    Output = 2,
+}
+
+/// Global address of tensor map `map` in the scratch buffer at `plan`: the maps follow the plan
+/// from its next 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only
+/// 16-byte aligned), in [`WsMap`]'s order.
+pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64, map: WsMap) -> u64 {
+    (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64) + map as u64 * tma::MAP_BYTES as u64
 }
 
 /// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the K/V, the Q and
@@ -960,7 +971,7 @@ unsafe fn rpa_tiled_ws<
             warpgroup::release_registers::<PRODUCER_REGISTERS>();
         }
         if tid < 2 * WARP_SIZE {
-            let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64);
+            let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::KeysValues);
             tma::acquire_map(map);
             if tid < WARP_SIZE {
                 for_each_pair(
@@ -989,7 +1000,7 @@ unsafe fn rpa_tiled_ws<
             }
         } else if q_by_tma {
             let issuer = tid == 2 * WARP_SIZE;
-            let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64) + tma::MAP_BYTES as u64;
+            let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Queries);
             if issuer {
                 tma::acquire_map(q_map);
             }
@@ -1026,11 +1037,8 @@ unsafe fn rpa_tiled_ws<
         let consumer = role - 1;
         // The output's tensor map, for the epilogue's bulk stores of whole consumer tiles
         // (`store_rows_tma`); 0 where Q is not loaded by the map (another layout).
-        let o_map = if q_by_tma {
-            ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64) + 2 * tma::MAP_BYTES as u64
-        } else {
-            0
-        };
+        let o_map =
+            if q_by_tma { ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Output) } else { 0 };
         let issuer = tid.is_multiple_of(WARPGROUP); // the consumer's thread 0
         if o_map != 0 && issuer {
             tma::acquire_map(o_map);
@@ -1063,13 +1071,13 @@ unsafe fn rpa_tiled_ws<
 }
 
 /// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
-/// item), and its K/V and Q tensor maps stored after the plan ([`ws_tensor_map_address`]).
+/// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]).
 ///
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
 /// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host), `q_map` its
-/// queries (dims x query heads x `max_tokens`, boxes [`ws_q_box`]) where [`ws_q_by_tma`], else
-/// unused.
+/// queries and `o_map` its output (dims x query heads x `max_tokens`, boxes [`ws_q_box`]) where
+/// [`ws_q_by_tma`], else unused.
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 #[kernel]
 pub unsafe fn rpa_plan_ws(
@@ -1084,10 +1092,10 @@ pub unsafe fn rpa_plan_ws(
     if thread_idx_x() == 0 {
         // Before the plan: its grid-dependency wait must come first (plan_items starts with it).
         crate::grid_dependency::wait_for_prerequisites();
-        let dst = ws_tensor_map_address(plan as u64, params.plan_capacity as u64) as *mut u64;
-        tma::store_map(dst, &map);
-        tma::store_map(dst.add(tma::MAP_BYTES / 8), &q_map);
-        tma::store_map(dst.add(2 * tma::MAP_BYTES / 8), &o_map);
+        let at = |m| ws_tensor_map_address(plan as u64, params.plan_capacity as u64, m) as *mut u64;
+        tma::store_map(at(WsMap::KeysValues), &map);
+        tma::store_map(at(WsMap::Queries), &q_map);
+        tma::store_map(at(WsMap::Output), &o_map);
     }
     plan_items(cu_q_lens, num_seqs, plan, params)
 }

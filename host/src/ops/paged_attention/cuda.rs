@@ -1548,7 +1548,7 @@ fn next_merge_tag() -> u32 {
 /// The tensor map of the KV pool for the warp-specialized kernel's bulk copies: tokens × (2
 /// num_kv_heads K and V rows) × head_dim, boxes of 16 tokens (a page's 16-key block) × one row ×
 /// 64 dims (a 128-byte swizzled column block).
-fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
+pub fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     let (d, rows) = (spec.head_dim as u64, 2 * spec.num_kv_heads as u64);
     TiledTensorMap {
         address: kv,
@@ -1560,12 +1560,12 @@ fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     .encode()
 }
 
-/// The tensor map of the queries (at `q`; of the output, which has their shape, at `out`) for the
-/// warp-specialized kernel's Q loads (and bulk stores of output tiles): `max_tokens` tokens ×
+/// The tensor map of a tensor of the queries' shape (the queries at `q` for the warp-specialized
+/// kernel's Q loads, the output at `out` for its bulk stores of output tiles): `max_tokens` tokens ×
 /// query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a GQA group's heads of
 /// `64 / group` tokens) × 64 dims (a 128-byte swizzled column block); zeros, never read, where the
 /// kernel loads Q with `cp.async` instead (not `ws_q_by_tma`).
-fn ws_q_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]> {
+fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]> {
     let group = spec.group();
     if !ws_q_by_tma(spec.head_dim, group) {
         return Ok([0; 16]);
@@ -1609,11 +1609,11 @@ unsafe fn launch_tiled(
     let mut args = KernelArgs::new();
     args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
     if t.warp_specialized {
-        // The plan kernel stores them after the plan (`ws_tensor_map_address`).
+        // The plan kernel stores them after the plan, in `WsMap`'s order.
         args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
-        args.push(TensorMapImage { words: ws_q_tensor_map(spec, bufs.q as u64)? });
+        args.push(TensorMapImage { words: ws_token_tensor_map(spec, bufs.q as u64)? });
         // The output has Q's shape: its map, for the epilogue's bulk stores.
-        args.push(TensorMapImage { words: ws_q_tensor_map(spec, bufs.out as u64)? });
+        args.push(TensorMapImage { words: ws_token_tensor_map(spec, bufs.out as u64)? });
     }
     let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
     // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
