@@ -622,6 +622,82 @@ fn tiled_ws_kernel_small_cases() {
     check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 24, false);
 }
 
+/// The warp-specialized kernel at head dims 64 and 128 plans in its first block, under a launch
+/// tag that a captured CUDA graph replays unchanged: every launch must leave the plan's state word
+/// free for the next. One call captured in a graph, then replayed twice back to back (no sync
+/// between) for each of several metadata sets written into the same buffers: new KV lengths and
+/// page tables, new query splits (another plan), a decreasing `cu_q_lens` (the plan's fallback),
+/// and the first set again; each against the CPU. Then direct calls on the same workspace.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_ws_graph_replays_follow_new_metadata() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let image = KERNELS.for_device(0).map(|m| m.image.arch);
+    assert_eq!(image.ok(), Some("sm_90a"), "tiled-ws needs the sm_90a image (a Hopper GPU)");
+    let stream = gpu();
+    let mut rng = seeded_rng();
+    let kernel = KernelChoice::TiledWarpSpecialized;
+    let mut replays = 0;
+    for (head_dim, nkv, group) in [(128, 2, 4), (64, 1, 8)] {
+        let base = random_case(
+            &mut rng,
+            DType::BF16,
+            DType::BF16,
+            head_dim,
+            nkv,
+            group,
+            16,
+            &[(150, 400), (90, 90), (40, 700)],
+            20,
+        );
+        assert!(tiled_ws_applies(&base.spec(), 90));
+        // The same shapes with other metadata values (the CPU defines every value).
+        let mut other = base.clone();
+        other.kv_lens = vec![333, 90, 12];
+        other.kv_lens.resize(base.max_num_seqs, 0);
+        other.page_indices.shuffle(&mut rng);
+        other.cu_q_lens = vec![0, 10, 200, 280];
+        other.cu_q_lens.resize(base.max_num_seqs + 1, 280);
+        let mut decreasing = base.clone();
+        decreasing.cu_q_lens.swap(1, 2);
+        let spec = base.spec();
+        let mut inputs = CaseInputs::upload(&stream, &base);
+        let q = Dev::from(&stream, &base.q);
+        let mut out = Dev::from(&stream, &vec![0xFFu8; base.out_bytes()]);
+        let bytes = workspace_bytes_with(&KERNELS, 0, &spec, kernel).unwrap();
+        let ws = Dev::from(&stream, &vec![0xFFu8; bytes]);
+        let bufs = inputs.buffers(&stream, &q, &out, Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes });
+        // A call outside the capture resolves and caches the plan (no first-use calls under it).
+        unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
+        stream.synchronize().unwrap();
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
+        let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+        launched.unwrap();
+        for (name, case) in [("base", &base), ("other", &other), ("decreasing", &decreasing), ("base again", &base)] {
+            stream.memcpy_htod(&case.kv_lens, &mut inputs.kv_lens.buf).unwrap();
+            stream.memcpy_htod(&case.page_indices, &mut inputs.page_indices.buf).unwrap();
+            stream.memcpy_htod(&case.cu_q_lens, &mut inputs.cu_q_lens.buf).unwrap();
+            stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
+            graph.launch().unwrap();
+            graph.launch().unwrap();
+            stream.synchronize().unwrap();
+            let got = stream.clone_dtoh(&out.buf).unwrap();
+            compare(case, &got, &case.cpu_output(), &format!("d{head_dim} replay, {name}"));
+            replays += 2;
+        }
+        // Direct calls (fresh tags) on the workspace the replays used, the base metadata in place.
+        stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
+        for _ in 0..2 {
+            unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
+        }
+        stream.synchronize().unwrap();
+        let direct = stream.clone_dtoh(&out.buf).unwrap();
+        compare(&base, &direct, &base.cpu_output(), &format!("d{head_dim} direct calls after the replays"));
+    }
+    println!("{replays} graph replays passed");
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_kernel_matches_cpu() {

@@ -746,7 +746,7 @@ impl TiledTensorMap {
 /// Most parameters of a kernel launched through [`KernelArgs`].
 const MAX_KERNEL_ARGS: usize = 16;
 /// Words of parameter values [`KernelArgs`] holds (the largest launches: nine pointers and the
-/// parameter struct; three pointers, the parameter struct and three 128-byte tensor maps).
+/// parameter struct; eight pointers, the parameter struct and three 128-byte tensor maps).
 const KERNEL_ARG_WORDS: usize = 80;
 
 /// Builds the `void**` argument array of `cuLaunchKernel` from typed values, in place: a launch
@@ -858,12 +858,12 @@ mod tests {
             assert_eq!((params.a, params.b, params.c), (1, 2.5, [3, 4, 5]));
             assert_eq!(*(p[3] as *const [u64; 16]), [9; 16]);
         }
-        // The largest launch (the warp-specialized plan kernel: three pointers, the parameters
-        // and the KV, Q and output tensor maps; the attention kernels: nine pointers and the
+        // The largest launch (the warp-specialized kernel: eight pointers, the parameters and the
+        // KV, Q and output tensor maps; the other attention kernels: nine pointers and the
         // parameters) fits.
         let params = std::mem::size_of::<kernels_gpu::attention::RpaParams>().div_ceil(8);
         let map = std::mem::size_of::<kernels_gpu::tma::TensorMapImage>().div_ceil(8);
-        assert!(3 + params + 3 * map <= super::KERNEL_ARG_WORDS && 9 + params <= super::KERNEL_ARG_WORDS);
+        assert!(8 + params + 3 * map <= super::KERNEL_ARG_WORDS && 9 + params <= super::KERNEL_ARG_WORDS);
     }
 
     #[test]

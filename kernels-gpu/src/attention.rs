@@ -63,13 +63,15 @@ pub struct RpaParams {
     /// meet at a block barrier per tile; 1 = each key group's warps copy and wait for its own keys
     /// (no block barrier in the tile loop). 0 for the other kernels.
     pub pipe_mode: u32,
-    /// Nonzero: the splits of each (row, head chunk) merge in the kernel, in whichever of their
-    /// blocks is counted in last (the pipelined kernel without clusters): one 8-byte counter per
-    /// (row, head chunk) in the workspace, after the partials ([`split_counters_offset`]). Its
-    /// words carry this launch's tag, so that a word the workspace held before (any data) is not
-    /// taken for a count. 0: a merge kernel or a cluster merges (and always for the other
-    /// kernels).
-    pub merge_tag: u32,
+    /// A tag of this launch, never 0, for the kernel's words in the workspace, whose contents
+    /// before the launch may be anything ([`launch_tagged_word`]); unique per launch but the same
+    /// in every replay of a captured graph, so each kernel leaves its words reusable under the
+    /// tag. Nonzero for the pipelined kernel: the splits of each (row, head chunk) merge in the
+    /// kernel, in whichever of their blocks is counted in last (without clusters): one 8-byte
+    /// counter per (row, head chunk), after the partials ([`split_counters_offset`]); 0 there: a
+    /// merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan
+    /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`). 0 for the other kernels.
+    pub launch_tag: u32,
     /// Nonzero: the pipelined kernel loads the page-table entries of its first tiles together
     /// with the row's metadata, on the decode guess (row `t` is sequence `t`, keys from 0), and
     /// uses them where the resolved block agrees: the first copies leave one round trip sooner.
@@ -91,10 +93,20 @@ pub struct RpaParams {
 }
 
 /// Offset in f32 elements, from the split partials' log-sum-exps (`lse_count` of them), of the
-/// last-block merge's counters ([`RpaParams::merge_tag`]): 8-byte words, one per (row, head
+/// last-block merge's counters ([`RpaParams::launch_tag`]): 8-byte words, one per (row, head
 /// chunk) in grid order (`row * chunks + chunk`), after the log-sum-exps.
 pub const fn split_counters_offset(lse_count: usize) -> usize {
     lse_count.next_multiple_of(2)
+}
+
+/// A word of a kernel's own in the workspace that holds `value` (16 bits) under `tag`
+/// ([`RpaParams::launch_tag`]): the tag in the high 32 bits, 16 more bits derived from it, `value`
+/// in the low 16. A word the workspace held before (any data, a word of another launch) passes
+/// for one of this launch only if it matches 48 bits derived from the tag.
+#[inline(always)]
+pub const fn launch_tagged_word(tag: u32, value: u32) -> u64 {
+    let check = (tag ^ 0x5bd1_e995).rotate_left(13) & 0xffff;
+    ((tag as u64) << 32) | ((check as u64) << 16) | (value & 0xffff) as u64
 }
 
 /// Default `mask_value` of the contract: `-0.7 * f32::MAX`.

@@ -43,3 +43,25 @@ pub unsafe fn load_relaxed_f32(src: *const f32) -> f32 {
         crate::gpu_only!("gpu_scope::load_relaxed_f32")
     }
 }
+
+/// Loads a u64 with `ld.acquire.gpu`: a flag that another block publishes (after a fence, as the
+/// module docs' writer does); this thread's later loads see what the block wrote before it.
+///
+/// # Safety
+/// `src` must be a global address valid for 8 aligned bytes.
+#[inline(always)]
+pub unsafe fn load_acquire_u64(src: *const u64) -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let v: u64;
+        // Not `readonly`: later memory operations must not be moved above it.
+        core::arch::asm!("ld.acquire.gpu.global.u64 {v}, [{a}];", v = out(reg64) v, a = in(reg64) src,
+            options(nostack));
+        v
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = src;
+        crate::gpu_only!("gpu_scope::load_acquire_u64")
+    }
+}

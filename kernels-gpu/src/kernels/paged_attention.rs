@@ -19,7 +19,8 @@
 //! global index below is bounded by the static shapes in [`RpaParams`].
 
 use crate::attention::{
-    clamp_num_seqs, find_sequence, page_is_valid, row_window, split_counters_offset, RowWindow, RpaParams,
+    clamp_num_seqs, find_sequence, launch_tagged_word, page_is_valid, row_window, split_counters_offset, RowWindow,
+    RpaParams,
 };
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::gpu_scope;
@@ -368,7 +369,7 @@ pub(crate) struct WarpStates {
     /// for the kernels the host never launches in clusters.
     pub cluster_area: *mut f32,
     /// Bytes of the block's dynamic shared memory (from `smem`) when the kernel merges its
-    /// splits in the block counted in last, as the host may ask (`RpaParams::merge_tag`); 0, a
+    /// splits in the block counted in last, as the host may ask (`RpaParams::launch_tag`); 0, a
     /// constant, compiles that merge out (the host asks only the pipelined kernel).
     pub last_block_merge_bytes: usize,
 }
@@ -389,7 +390,7 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     // The host sets `cluster_splits` only for the kernel that passes a cluster area (a null area
     // is a constant of the others: the cluster code is compiled out of them).
     let in_cluster = p.num_splits > 1 && p.cluster_splits != 0 && !cluster_area.is_null();
-    let last_block_merge = last_block_merge_bytes > 0 && !in_cluster && p.num_splits > 1 && p.merge_tag != 0;
+    let last_block_merge = last_block_merge_bytes > 0 && !in_cluster && p.num_splits > 1 && p.launch_tag != 0;
     let counter_seen = if last_block_merge { preload_split_counter(ptr, p, blk) } else { 0 };
     let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;
@@ -679,18 +680,9 @@ pub const fn last_block_merge_round(shared_bytes: u32, heads: u32, splits: u32, 
     }
 }
 
-/// The 8-byte word of a split counter ([`RpaParams::merge_tag`]) that has counted `count` blocks
-/// in under `tag`: the tag in the high 32 bits, 16 more bits derived from it, the count in the
-/// low 16 (splits are a grid dimension: at most 65535). A word the workspace held before (any
-/// data) passes for a count of this launch only if it matches 48 bits derived from the tag.
-#[inline(always)]
-fn split_count_word(tag: u32, count: u32) -> u64 {
-    let check = (tag ^ 0x5bd1_e995).rotate_left(13) & 0xffff;
-    ((tag as u64) << 32) | ((check as u64) << 16) | count as u64
-}
-
 /// Counts this block in at its (row, head chunk)'s split counter and returns whether it is the
-/// last of the `splits` blocks. The last one leaves the word at a count of 0 under the tag, for
+/// last of the `splits` blocks (counted in the low 16 bits of a [`launch_tagged_word`]: splits
+/// are a grid dimension, at most 65535). The last one leaves the word at a count of 0 under the tag, for
 /// a launch that reuses the tag (a replayed CUDA graph): a word of another tag, or of none, is
 /// taken as 0 by the first block to count.
 ///
@@ -710,7 +702,7 @@ unsafe fn count_split_in(counter: *mut u64, seen: u64, tag: u32, splits: u32) ->
     use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
     const COUNT: u64 = 0xffff;
     let counter = AtomicU64::from_ptr(counter);
-    let zero = split_count_word(tag, 0);
+    let zero = launch_tagged_word(tag, 0);
     let tagged = |word: u64| word & !COUNT == zero;
     let count = if !tagged(seen) {
         match counter.compare_exchange(seen, zero + 1, Relaxed, Relaxed) {
@@ -791,7 +783,7 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
     sync_threads();
     if thread_idx_x() == 0 {
         gpu_scope::fence_acq_rel();
-        let last = count_split_in(split_counter(ptr, p, blk), counter_seen, p.merge_tag, p.num_splits);
+        let last = count_split_in(split_counter(ptr, p, blk), counter_seen, p.launch_tag, p.num_splits);
         if last {
             // The other blocks' partials, published before their counts, are read after this.
             gpu_scope::fence_acq_rel();

@@ -56,12 +56,22 @@ pub const TILE_STAGES: u32 = 3;
 pub const TILE_THREADS: u32 = 128;
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
-/// Words before the items in the plan: item count, fallback flag, tile-item count, and the
-/// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan).
-pub const PLAN_HEADER_WORDS: u32 = 4;
+/// Words before the items in the plan: item count, fallback flag, tile-item count, the
+/// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan); then, in
+/// a 128-byte line of their own (polled by every block while the rest of the header is written),
+/// that kernel's plan state (an 8-byte word at [`PLAN_STATE_WORD`]) and count of blocks done
+/// ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36 (16-byte aligned).
+pub const PLAN_HEADER_WORDS: u32 = 36;
 /// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
 /// then single rows ([`PlanView::item`]).
 pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
+/// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
+pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
+/// The warp-specialized kernel's plan state, where it plans itself: an 8-byte word at words 32
+/// and 33 (byte 128 of the plan, which is 16-byte aligned; `paged_attention_tiled_ws::plan_or_wait`).
+pub(crate) const PLAN_STATE_WORD: usize = 32;
+/// The warp-specialized kernel's count of blocks that are done with the plan.
+pub(crate) const PLAN_BLOCKS_DONE_WORD: usize = 34;
 /// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
 pub const PLAN_ITEM_WORDS: u32 = 4;
 /// Rows per zero-fill item.
@@ -114,25 +124,33 @@ fn is_short(rows: u32, group: u32) -> bool {
     rows <= 16 / group
 }
 
-/// Builds the plan (see the module docs) with one block of [`PLAN_THREADS`] threads: each thread
-/// counts the items of a contiguous run of sequences, a block-wide scan places them. Order: the
-/// tile items (the heaviest: the kernel runs them first, last tile of each sequence first), then
-/// the short items, then the zero-fill items; the header holds the item and tile-item counts.
+/// Builds the plan (see the module docs) with one block of `block_threads` threads: each thread counts
+/// the items of a contiguous run of sequences, a block-wide scan places them. Order: the tile
+/// items (the heaviest: the kernel runs them first, last tile of each sequence first), then the
+/// short items, then the zero-fill items; the header holds the item and tile-item counts and the
+/// work counter at 0.
+///
+/// # Safety
+/// Every thread of a block of `block_threads` threads calls it (it meets at block barriers), with
+/// `3 block_threads` words of dynamic shared memory that nothing else uses meanwhile; the metadata
+/// readable (after the grid dependency wait), as `rpa_plan` takes it; `plan` holds
+/// [`plan_bytes`]`(p.plan_capacity)` bytes that nothing reads meanwhile.
 #[inline(always)]
-pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, p: RpaParams) {
-    // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
-    // and waits for the plan before reading it.
-    crate::grid_dependency::launch_dependents();
-    crate::grid_dependency::wait_for_prerequisites();
-    let tid = thread_idx_x() as usize;
-    let threads = PLAN_THREADS as usize;
+pub(crate) unsafe fn plan_items(
+    cu_q_lens: *const i32,
+    num_seqs: *const i32,
+    plan: *mut u32,
+    p: RpaParams,
+    block_threads: u32,
+) {
+    let (tid, threads) = (thread_idx_x() as usize, block_threads as usize);
     let n = clamp_num_seqs(*num_seqs, p.max_num_seqs);
     let group = p.num_q_heads / p.num_kv_heads;
     let tile_rows = p.tile_rows.max(1);
     let max_tokens = p.max_tokens as i32; // < 2^31, validated on the host
     let cu = |i: u32| *cu_q_lens.add(i as usize);
     let row_of = |i: u32| cu(i).clamp(0, max_tokens) as u32;
-    let per = n.div_ceil(PLAN_THREADS);
+    let per = n.div_ceil(block_threads);
     let lo = (tid as u32 * per).min(n);
     let hi = (lo + per).min(n);
     // This thread's (tile items, short items, decreasing cu_q_lens steps).
@@ -178,7 +196,7 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
         if tid == 0 {
             *plan = 0;
             *plan.add(PLAN_FALLBACK_WORD) = 1;
-            *plan.add(3) = 0;
+            *plan.add(PLAN_WORK_COUNTER_WORD) = 0;
         }
         return;
     }
@@ -223,13 +241,13 @@ pub(crate) unsafe fn plan_items(cu_q_lens: *const i32, num_seqs: *const i32, pla
             (tail0 + (z - head_items) * ZERO_ITEM_ROWS, p.max_tokens)
         };
         write(tiles + shorts + z, NO_SEQUENCE, start, (end - start).min(ZERO_ITEM_ROWS));
-        z += PLAN_THREADS;
+        z += block_threads;
     }
     if tid == 0 {
         *plan = (tiles + shorts + zero_items).min(capacity);
         *plan.add(PLAN_FALLBACK_WORD) = 0;
         *plan.add(2) = tiles.min(capacity);
-        *plan.add(3) = 0;
+        *plan.add(PLAN_WORK_COUNTER_WORD) = 0;
     }
 }
 
@@ -890,7 +908,11 @@ pub(crate) fn keep_o<const NTILES: usize>(o: &mut [[f32; 4]; NTILES]) {
 /// [`plan_bytes`]`(params.plan_capacity)` bytes. Metadata values may be anything.
 #[kernel]
 pub unsafe fn rpa_plan(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, params: RpaParams) {
-    plan_items(cu_q_lens, num_seqs, plan, params)
+    // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
+    // and waits for the plan before reading it.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
+    plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS)
 }
 
 /// One tiled kernel per (q dtype = KV dtype, head_dim): `rpa_tile_<q>_<q>_d<D>`.

@@ -2,9 +2,12 @@
 //! prefill kernel on Hopper, FlashAttention 3's structure for a paged KV cache.
 //!
 //! The work items are the tiled kernel's ([`super::paged_attention_tiled::plan_items`], with
-//! [`ws_tile_rows`] query rows per tile item: 128 M rows), planned by [`rpa_plan_ws`], which also
-//! stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after the plan
-//! ([`ws_tensor_map_address`]).
+//! [`ws_tile_rows`] query rows per tile item: 128 M rows). At head dims 64 and 128 a call is one
+//! launch where the blocks are persistent ([`ws_plans_itself`]): block 0 builds the plan in the
+//! workspace and stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after it
+//! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]). Otherwise (head_dim
+//! 256, one block per pair, a call whose decode sequences run apart: the pipelined decode kernel
+//! between reads the plan's fallback flag) [`rpa_plan_ws`] plans and stores the maps first.
 //! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
 //! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
@@ -46,7 +49,7 @@
 //! Needs page sizes that are multiples of 16 and a KV pool the tensor map can describe (checked on
 //! the host, `tiled_ws_applies`).
 
-use crate::attention::{page_is_valid, RpaParams};
+use crate::attention::{launch_tagged_word, page_is_valid, RpaParams};
 use crate::barrier;
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::kernel;
@@ -63,9 +66,11 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use super::paged_attention_mma::{mask_logits, online_softmax_weights_f32, pack_weights, quad_sum, LogitScale};
 use super::paged_attention_tiled::{
     keep_o, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, PlanView, TiledPointers,
-    NO_SEQUENCE, TILE_M,
+    NO_SEQUENCE, PLAN_BLOCKS_DONE_WORD, PLAN_STATE_WORD, PLAN_THREADS, PLAN_WORK_COUNTER_WORD, TILE_M,
 };
 use super::unroll;
+use crate::gpu_scope;
+use core::sync::atomic::AtomicU64;
 
 /// M rows (query row × query head pairs) of a tile item: 64 per consumer warpgroup.
 pub const WS_TILE_M: u32 = 128;
@@ -142,7 +147,16 @@ pub const fn ws_tile_rows(group: u32) -> u32 {
     WS_TILE_M / group
 }
 
-/// The tensor maps [`rpa_plan_ws`] stores after the plan, in this order.
+/// Whether the kernel can build its own plan at a head dim ([`plan_or_wait`]): the host then
+/// passes a nonzero `RpaParams::launch_tag` and launches no [`rpa_plan_ws`] before it, where its
+/// blocks are persistent and no decode kernel between reads the plan. Not at 256: the protocol's
+/// code before the roles made ptxas spill ~4x more of the producer's 24 registers there
+/// (benchmarks/NOTES.md "v24"), so those kernels have none.
+pub const fn ws_plans_itself(head_dim: u32) -> bool {
+    head_dim <= 128
+}
+
+/// The tensor maps stored after the plan ([`plan_or_wait`], [`rpa_plan_ws`]), in this order.
 #[derive(Clone, Copy)]
 pub enum WsMap {
     /// The KV pool's (the producer's K and V copies).
@@ -865,6 +879,82 @@ unsafe fn store_rows_staged<Q: MmaElement, const D: usize, const NTILES: usize, 
     });
 }
 
+/// The plan state word's value, under the launch's tag, once the plan is published
+/// ([`plan_or_wait`]); any other value (the workspace's earlier contents, 0 as the last block
+/// leaves it) means not yet.
+const PLAN_READY: u32 = 1;
+
+/// Makes the call's plan and tensor maps ready for this block where the kernel plans itself
+/// ([`ws_plans_itself`], persistent blocks: a nonzero `RpaParams::launch_tag`): block 0 builds
+/// them, every other block waits until they are published. One launch per call instead of a
+/// planning kernel before this one (a launch is ~2.5 µs of the host's time, benchmarks/NOTES.md
+/// "v24").
+///
+/// Block 0's thread 0 stores the three tensor maps (released to the tensor-map proxy), its
+/// threads build the plan ([`plan_items`], with the block's dynamic shared memory, not yet in use,
+/// for the scan), then thread 0 zeroes the count of blocks done and, after a GPU-scope fence,
+/// publishes the plan's state word (in its own 128-byte line of the header) under the launch's
+/// tag ([`launch_tagged_word`]: the workspace may hold anything before); every other block's
+/// thread 0 polls the word with acquire loads until it reads that. A block barrier ends it. The
+/// waiters need block 0 running: the grid is at most one block per multiprocessor, and a
+/// programmatic dependent grid starts only once every block has; the host plans apart for a grid
+/// of one block per pair (more blocks than fit, in an order the hardware does not promise).
+/// [`count_block_done`] leaves the word at 0 after the grid's last block, for a replay of the
+/// launch under the same tag (a captured CUDA graph).
+///
+/// # Safety
+/// Every thread of the block calls it once, after the grid dependency wait and before anything
+/// else uses the block's shared memory or reads the plan or the maps; `p.launch_tag` nonzero;
+/// every block of the grid resident together once running; `ptr.plan` holds
+/// [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that only this grid touches
+/// while it runs; `maps` are the call's K/V, Q and output maps ([`WsMap`]'s order).
+#[inline(always)]
+unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorMapImage; 3]) {
+    let plan = ptr.plan as *mut u32;
+    let state = plan.add(PLAN_STATE_WORD) as *mut u64;
+    let ready = launch_tagged_word(p.launch_tag, PLAN_READY);
+    if block_idx_x() == 0 {
+        if thread_idx_x() == 0 {
+            let at = |m| ws_tensor_map_address(plan as u64, p.plan_capacity as u64, m) as *mut u64;
+            tma::store_map(at(WsMap::KeysValues), maps[0]);
+            tma::store_map(at(WsMap::Queries), maps[1]);
+            tma::store_map(at(WsMap::Output), maps[2]);
+        }
+        plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, WS_THREADS);
+        // The scan's generic writes before the copies (async proxy) into the same shared memory.
+        wgmma::fence_proxy_async_shared();
+        // Every thread's plan writes before thread 0 publishes them.
+        sync_threads();
+        if thread_idx_x() == 0 {
+            *plan.add(PLAN_BLOCKS_DONE_WORD) = 0;
+            gpu_scope::fence_acq_rel();
+            AtomicU64::from_ptr(state).store(ready, Ordering::Relaxed);
+        }
+    } else if thread_idx_x() == 0 {
+        while gpu_scope::load_acquire_u64(state) != ready {}
+    }
+    sync_threads();
+}
+
+/// Counts the block out of the plan once every thread is done with it (a block barrier first);
+/// the last of the grid's blocks leaves the plan's state word free ([`plan_or_wait`]). The first
+/// consumer's thread 0 counts: the producer, on 24 registers at head_dim 256, would hold the
+/// plan's address for it through its loops.
+///
+/// # Safety
+/// Every thread of the block calls it, after [`plan_or_wait`] and its last read of the plan.
+#[inline(always)]
+unsafe fn count_block_done<Q>(ptr: &TiledPointers<Q>) {
+    sync_threads();
+    if thread_idx_x() == WARPGROUP {
+        let plan = ptr.plan as *mut u32;
+        let done = AtomicU32::from_ptr(plan.add(PLAN_BLOCKS_DONE_WORD)).fetch_add(1, Ordering::Relaxed);
+        if done + 1 == grid_dim_x() {
+            AtomicU64::from_ptr(plan.add(PLAN_STATE_WORD) as *mut u64).store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Calls `f(seq, first row, rows, KV head)` for the block's (item, KV head) pairs, every role of
 /// the block seeing the same sequence. Pair `w` is item `w / num_kv_heads` ([`PlanView::item`])
 /// for KV head `w % num_kv_heads` (heads fastest: the heaviest items first). The block's `n`-th
@@ -895,8 +985,8 @@ unsafe fn for_each_pair<Q>(
             let slot = RingSlot::sched_of(n);
             if thread_idx_x() == 0 {
                 barrier::wait_parity(smem.empty_sched(slot.stage), slot.parity ^ 1);
-                // The counter (plan header word 3) is zeroed by the plan kernel.
-                let counter = AtomicU32::from_ptr(ptr.plan.add(3) as *mut u32);
+                // The counter is zeroed with the plan.
+                let counter = AtomicU32::from_ptr(ptr.plan.add(PLAN_WORK_COUNTER_WORD) as *mut u32);
                 *smem.sched(slot.stage) = counter.fetch_add(1, Ordering::Relaxed);
                 barrier::arrive(smem.full_sched(slot.stage));
             }
@@ -925,16 +1015,19 @@ unsafe fn rpa_tiled_ws<
 >(
     ptr: TiledPointers<Q>,
     p: RpaParams,
+    maps: [&TensorMapImage; 3],
 ) {
     const {
         assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
         // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
         assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
     };
-    // Launched programmatically after `rpa_plan_ws` (sm_90 image): the plan and the tensor map
-    // are readable after the wait.
+    // Launched programmatically (sm_90 image): the inputs, and with decode rows apart the plan
+    // and the decode kernel's outputs, are readable after the wait.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
+    // Where the host asks (a nonzero tag; never at head_dim 256, whose kernels keep no code for it).
+    let plans_itself = ws_plans_itself(D as u32) && p.launch_tag != 0;
     let q_by_tma = ws_q_by_tma(D as u32, p.num_q_heads / p.num_kv_heads.max(1));
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
@@ -959,7 +1052,12 @@ unsafe fn rpa_tiled_ws<
             barrier::init(smem.empty_sched(slot), WS_THREADS);
         }
     }
-    sync_threads();
+    if plans_itself {
+        // (Its block barriers order the mbarriers' initialization before their use too.)
+        plan_or_wait(&ptr, &p, maps);
+    } else {
+        sync_threads();
+    }
     // Every role walks the same items and tiles, counting tiles (and sequence items) the same way.
     let mut tiles = 0u32;
     let mut items = 0u32;
@@ -1068,10 +1166,14 @@ unsafe fn rpa_tiled_ws<
             barrier::sync_named::<3>(2 * WARPGROUP);
         }
     }
+    if plans_itself {
+        count_block_done(&ptr);
+    }
 }
 
 /// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
-/// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]).
+/// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]):
+/// launched before it where the kernel does not plan itself (see [`ws_plans_itself`]).
 ///
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
@@ -1089,41 +1191,51 @@ pub unsafe fn rpa_plan_ws(
     q_map: TensorMapImage,
     o_map: TensorMapImage,
 ) {
+    // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
+    // and waits for the plan before reading it.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
     if thread_idx_x() == 0 {
-        // Before the plan: its grid-dependency wait must come first (plan_items starts with it).
-        crate::grid_dependency::wait_for_prerequisites();
         let at = |m| ws_tensor_map_address(plan as u64, params.plan_capacity as u64, m) as *mut u64;
         tma::store_map(at(WsMap::KeysValues), &map);
         tma::store_map(at(WsMap::Queries), &q_map);
         tma::store_map(at(WsMap::Output), &o_map);
     }
-    plan_items(cu_q_lens, num_seqs, plan, params)
+    plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS)
 }
 
 /// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`,
 /// with the head dim's keys per tile ([`ws_keys`]).
 macro_rules! rpa_tile_ws_kernels {
     ($( $name:ident: $q:ty, $d:literal, $keys:literal; )*) => {$(
-        /// The warp-specialized tile kernel (see the module docs); launched by the host after
-        /// [`rpa_plan_ws`] with [`ws_tile_rows`] rows per tile item.
+        /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
+        /// per tile item: one launch per call where it plans itself (a nonzero
+        /// `params.launch_tag`, see [`ws_plans_itself`]), else after [`rpa_plan_ws`] (and the
+        /// pipelined decode kernel where `params.decode_apart`).
         ///
         /// # Safety
         /// Grid `(n, 1)` with n at most `params.plan_capacity * num_kv_heads` (whose triple, and
         /// that of `max_tokens * num_kv_heads`, fit in a `u32`), [`WS_THREADS`] threads and
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
-        /// shape `params` describes, `plan` written by [`rpa_plan_ws`] with the same `params`
-        /// and a tensor map of `kv`. Metadata values may be anything: they never lead outside
-        /// the buffers.
+        /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
+        /// (16-byte aligned) that only this grid touches while it runs: written by
+        /// [`rpa_plan_ws`] with the same `params` and a zero `params.launch_tag`, or of any
+        /// contents where the kernel plans itself, the grid at most one block per
+        /// multiprocessor, `map` describing `kv`
+        /// (`tiled_ws_supports` on the host), `q_map` the queries and `o_map` the output (dims
+        /// x query heads x `max_tokens`, boxes [`ws_q_box`]) where [`ws_q_by_tma`]; else the
+        /// maps unused. Metadata values may be anything: they never lead outside the buffers.
         #[kernel(max_threads = 384)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
             q: *const $q, kv: *const $q, kv_lens: *const i32, page_indices: *const i32,
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
-            params: RpaParams,
+            params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
             rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }>(
                 TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
+                [&map, &q_map, &o_map],
             )
         }
     )*};

@@ -18,7 +18,8 @@ use kernels_gpu::kernels::paged_attention_tiled::{
     PLAN_SHARED_BYTES, PLAN_THREADS, TILE_THREADS,
 };
 use kernels_gpu::kernels::paged_attention_tiled_ws::{
-    ws_q_box, ws_q_by_tma, ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows, WS_BLOCK_KEYS, WS_THREADS,
+    ws_plans_itself, ws_q_box, ws_q_by_tma, ws_scratch_bytes, ws_shared_bytes, ws_supports, ws_tile_rows,
+    WS_BLOCK_KEYS, WS_THREADS,
 };
 use kernels_gpu::tma::TensorMapImage;
 
@@ -718,9 +719,13 @@ struct TiledPlan {
     threads: u32,
     /// Dynamic shared memory of the tile kernel (the wgmma variants align their stages).
     shared_bytes: u32,
-    /// The warp-specialized kernel: planned by `rpa_plan_ws`, which also stores the K/V tensor map
-    /// after the plan (`ws_scratch_bytes`).
+    /// The warp-specialized kernel: after `rpa_plan_ws`, which also stores the tensor maps after
+    /// the plan (`ws_scratch_bytes`), or alone where it plans itself (`can_plan_itself`).
     warp_specialized: bool,
+    /// The warp-specialized kernel can plan itself and store the maps (`ws_plans_itself`: head
+    /// dims 64 and 128; no `decode` kernel between, which reads the plan): one launch, where its
+    /// blocks are persistent (`TiledPlan::plans_itself`).
+    can_plan_itself: bool,
     /// The pipelined kernel over the batch's decode sequences, which the plan then leaves out
     /// (`RpaParams::decode_apart`): its splits merge in clusters or not at all (no scratch).
     decode: Option<DirectPlan>,
@@ -733,6 +738,14 @@ impl TiledPlan {
         } else {
             "rpa_plan"
         }
+    }
+
+    /// Whether the warp-specialized kernel plans itself, with no plan kernel before it: where it
+    /// can and its blocks are persistent (`persistent`, `XGK_WS_PERSISTENT` not 0: its blocks
+    /// that wait for block 0's plan are then all resident; a grid of one block per pair has more
+    /// than fit, and no order of their start is promised).
+    fn plans_itself(&self, persistent: bool) -> bool {
+        self.can_plan_itself && persistent
     }
 }
 
@@ -797,7 +810,7 @@ enum PartialsMerge {
     /// `rpa_combine_groups`: split groups, every load in flight.
     GroupKernel,
     /// In the pipelined kernel, by the block of a (row, head chunk) counted in last
-    /// (`RpaParams::merge_tag`): one launch; counters after the partials in the workspace.
+    /// (`RpaParams::launch_tag`): one launch; counters after the partials in the workspace.
     LastBlock,
 }
 
@@ -830,6 +843,8 @@ impl LaunchPlan {
     fn kernels(&self, spec: &PagedAttention) -> Vec<(&'static str, u32)> {
         match *self {
             LaunchPlan::Tiled(t) => {
+                // Kernel 0, the plan kernel, resolved even where it is not launched (the indices
+                // stay fixed).
                 let mut v = vec![(t.plan_kernel(), PLAN_SHARED_BYTES), (t.name, t.shared_bytes)];
                 v.extend(t.decode.map(|d| (d.name, d.shared_bytes)));
                 v
@@ -867,7 +882,7 @@ fn split_scratch_bytes(spec: &PagedAttention, splits: u32, grid_y: u32, merge: P
     splits as usize * bytes_per_split(spec) + split_counter_bytes(spec, grid_y, merge)
 }
 
-/// Bytes of the last-block merge's counters (`RpaParams::merge_tag`): an 8-byte word per (row,
+/// Bytes of the last-block merge's counters (`RpaParams::launch_tag`): an 8-byte word per (row,
 /// head chunk), and 4 bytes that may align them after an odd count of log-sum-exps
 /// (`split_counters_offset`); none for the other merges.
 fn split_counter_bytes(spec: &PagedAttention, grid_y: u32, merge: PartialsMerge) -> usize {
@@ -1028,6 +1043,7 @@ fn plan_launch(
             threads,
             shared_bytes,
             warp_specialized: ws,
+            can_plan_itself: ws && !apart && ws_plans_itself(spec.head_dim),
             decode: if apart { Some(plan_apart_decode(module, spec)?) } else { None },
         });
         match limit {
@@ -1440,7 +1456,7 @@ unsafe fn launch_direct(
     let mut params = direct_params(spec, &l, &settings);
     let merge_kernel = l.merge_kernel(spec);
     if l.partials_in_workspace() && l.merge == PartialsMerge::LastBlock {
-        params.merge_tag = next_merge_tag();
+        params.launch_tag = next_launch_tag();
     }
     let (part_o, part_lse) = if l.partials_in_workspace() {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
@@ -1532,10 +1548,11 @@ unsafe fn launch_attention(
     module.launch_function(stream, function, cfg, cluster_z, &mut args.pointers(), settings.programmatic)
 }
 
-/// A launch's tag for the last-block merge's counters (`RpaParams::merge_tag`): never 0, and
+/// A launch's tag for its words in the workspace (`RpaParams::launch_tag`: the last-block merge's
+/// counters, the warp-specialized kernel's plan state): never 0, and
 /// distinct for 2^32 - 1 launches in a row (an odd multiplier is a bijection of u32; spread over
 /// the bits so that the tag does not look like the small integers a workspace may hold).
-fn next_merge_tag() -> u32 {
+fn next_launch_tag() -> u32 {
     static LAUNCHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
     loop {
         let n = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1582,10 +1599,13 @@ fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]>
 }
 
 /// The tiled kernel: [`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan) writes
-/// the work items into `plan` (scratch), then one block per (item, KV head) runs.
+/// the work items into `plan` (scratch), then one block per (item, KV head) runs. The
+/// warp-specialized kernel at head dims 64 and 128 with persistent blocks plans in its block 0
+/// instead (one launch: a launch is ~2.5 µs of host time), but where the pipelined decode kernel
+/// runs before it and reads the plan.
 ///
 /// # Safety
-/// As [`launch_cuda`]; `plan` holds `plan_bytes(t.capacity)` bytes.
+/// As [`launch_cuda`]; `plan` holds `t`'s scratch bytes (`LaunchPlan::scratch_bytes`).
 unsafe fn launch_tiled(
     module: &ContextModule,
     stream: Stream,
@@ -1606,18 +1626,33 @@ unsafe fn launch_tiled(
         params.consumer_schedule = settings.consumer_schedule;
         params.dynamic_pairs = u32::from(settings.persistent == 2);
     }
-    let mut args = KernelArgs::new();
-    args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
-    if t.warp_specialized {
-        // The plan kernel stores them after the plan, in `WsMap`'s order.
-        args.push(TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? });
-        args.push(TensorMapImage { words: ws_token_tensor_map(spec, bufs.q as u64)? });
-        // The output has Q's shape: its map, for the epilogue's bulk stores.
-        args.push(TensorMapImage { words: ws_token_tensor_map(spec, bufs.out as u64)? });
+    let plans_itself = t.plans_itself(settings.persistent != 0);
+    if plans_itself {
+        // Tags the plan's state word in the workspace (`plan_or_wait`).
+        params.launch_tag = next_launch_tag();
     }
-    let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
-    // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
-    module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
+    // The warp-specialized kernel's K/V, Q and output maps: for its plan kernel, or for itself.
+    let maps = if t.warp_specialized {
+        // The output has Q's shape: its map is for the epilogue's bulk stores.
+        Some([
+            TensorMapImage { words: kv_tensor_map(spec, bufs.kv_pages as u64)? },
+            TensorMapImage { words: ws_token_tensor_map(spec, bufs.q as u64)? },
+            TensorMapImage { words: ws_token_tensor_map(spec, bufs.out as u64)? },
+        ])
+    } else {
+        None
+    };
+    if !plans_itself {
+        let mut args = KernelArgs::new();
+        args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
+        for map in maps.iter().flatten() {
+            // `rpa_plan_ws` stores them after the plan, in `WsMap`'s order.
+            args.push(*map);
+        }
+        let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
+        // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
+        module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
+    }
     if let Some(decode) = t.decode {
         // Before the tile kernel: the decode rows are most of a mixed batch's bytes.
         // SAFETY: the plan's kernel 2 is `decode.name`; the plan kernel was just enqueued.
@@ -1626,8 +1661,14 @@ unsafe fn launch_tiled(
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
+    for map in maps.iter().flatten() {
+        // Where it plans itself, its first block stores them after the plan.
+        args.push(*map);
+    }
     let cfg = LaunchConfig { grid: (grid.0, grid.1, 1), block: (t.threads, 1, 1), shared_bytes: t.shared_bytes };
-    // SAFETY: the plan's kernel 1 is `t.name`, allowed `t.shared_bytes`.
+    // SAFETY: the plan's kernel 1 is `t.name`, allowed `t.shared_bytes`; where the
+    // warp-specialized kernel plans itself the workspace's contents may be anything (its plan
+    // state is tagged), else it holds the plan just enqueued.
     module.launch_function(stream, resolved.function(1), cfg, 1, &mut args.pointers(), settings.programmatic)
 }
 

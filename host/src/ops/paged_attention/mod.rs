@@ -275,7 +275,7 @@ impl PagedAttention {
             pipe_stages: 0,
             cluster_splits: 0,
             pipe_mode: 0,
-            merge_tag: 0,
+            launch_tag: 0,
             table_preload: 0,
             decode_apart: 0,
             sm_scale: a.sm_scale,
