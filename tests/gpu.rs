@@ -19,7 +19,7 @@ use xla_gpu_kernels::host::ops::paged_attention::{
     PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
-use xla_gpu_kernels::host::runtime::{KernelModule, PtxImage};
+use xla_gpu_kernels::host::runtime::{launch_count, KernelModule, PtxImage};
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
 
@@ -627,7 +627,8 @@ fn tiled_ws_kernel_small_cases() {
 /// free for the next. One call captured in a graph, then replayed twice back to back (no sync
 /// between) for each of several metadata sets written into the same buffers: new KV lengths and
 /// page tables, new query splits (another plan), a decreasing `cu_q_lens` (the plan's fallback),
-/// and the first set again; each against the CPU. Then direct calls on the same workspace.
+/// and the first set again; each against the CPU. Then direct calls on the same workspace. A call
+/// is one launch (the library's count) unless `XGK_WS_PERSISTENT=0`.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_ws_graph_replays_follow_new_metadata() {
@@ -668,7 +669,12 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         let ws = Dev::from(&stream, &vec![0xFFu8; bytes]);
         let bufs = inputs.buffers(&stream, &q, &out, Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes });
         // A call outside the capture resolves and caches the plan (no first-use calls under it).
+        // With persistent blocks (the default schedule) it is one launch; one block per pair
+        // launches the planning kernel first.
+        let before = launch_count();
         unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
+        let per_pair = std::env::var("XGK_WS_PERSISTENT").is_ok_and(|v| v.trim() == "0");
+        assert_eq!(launch_count() - before, if per_pair { 2 } else { 1 }, "launches of one call");
         stream.synchronize().unwrap();
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
         let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };

@@ -938,8 +938,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
 
 /// Counts the block out of the plan once every thread is done with it (a block barrier first);
 /// the last of the grid's blocks leaves the plan's state word free ([`plan_or_wait`]). The first
-/// consumer's thread 0 counts: the producer, on 24 registers at head_dim 256, would hold the
-/// plan's address for it through its loops.
+/// consumer's thread 0 counts (the producer runs on few registers).
 ///
 /// # Safety
 /// Every thread of the block calls it, after [`plan_or_wait`] and its last read of the plan.
@@ -1219,12 +1218,12 @@ macro_rules! rpa_tile_ws_kernels {
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
         /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
         /// (16-byte aligned) that only this grid touches while it runs: written by
-        /// [`rpa_plan_ws`] with the same `params` and a zero `params.launch_tag`, or of any
-        /// contents where the kernel plans itself, the grid at most one block per
-        /// multiprocessor, `map` describing `kv`
-        /// (`tiled_ws_supports` on the host), `q_map` the queries and `o_map` the output (dims
-        /// x query heads x `max_tokens`, boxes [`ws_q_box`]) where [`ws_q_by_tma`]; else the
-        /// maps unused. Metadata values may be anything: they never lead outside the buffers.
+        /// [`rpa_plan_ws`] with the same `params` and a zero `params.launch_tag` (the maps
+        /// unused), or of any contents where the kernel plans itself, with the grid at most one
+        /// block per multiprocessor, `map` describing `kv` (`tiled_ws_supports` on the host),
+        /// `q_map` the queries and `o_map` the output (dims x query heads x `max_tokens`, boxes
+        /// [`ws_q_box`]) where [`ws_q_by_tma`]. Metadata values may be anything: they never
+        /// lead outside the buffers.
         #[kernel(max_threads = 384)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
