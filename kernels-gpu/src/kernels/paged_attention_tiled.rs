@@ -65,6 +65,8 @@ pub const PLAN_HEADER_WORDS: u32 = 36;
 /// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
 /// then single rows ([`PlanView::item`]).
 pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
+/// The header word that counts the tile items (the kernels take them first, last-first).
+pub(crate) const PLAN_TILES_WORD: usize = 2;
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
 pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
 /// The warp-specialized kernel's plan state, where it plans itself: an 8-byte word at words 32
@@ -246,7 +248,7 @@ pub(crate) unsafe fn plan_items(
     if tid == 0 {
         *plan = (tiles + shorts + zero_items).min(capacity);
         *plan.add(PLAN_FALLBACK_WORD) = 0;
-        *plan.add(2) = tiles.min(capacity);
+        *plan.add(PLAN_TILES_WORD) = tiles.min(capacity);
         *plan.add(PLAN_WORK_COUNTER_WORD) = 0;
     }
 }
@@ -286,7 +288,11 @@ impl PlanView {
     /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait).
     #[inline(always)]
     pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>) -> Self {
-        PlanView { count: *ptr.plan, fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0, tiles: *ptr.plan.add(2) }
+        PlanView {
+            count: *ptr.plan,
+            fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0,
+            tiles: *ptr.plan.add(PLAN_TILES_WORD),
+        }
     }
 
     /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items,

@@ -879,6 +879,21 @@ unsafe fn store_rows_staged<Q: MmaElement, const D: usize, const NTILES: usize, 
     });
 }
 
+/// Stores the call's K/V, Q and output tensor maps (`maps`, in [`WsMap`]'s order) after the plan
+/// at `plan` ([`ws_tensor_map_address`]), released to the tensor-map proxy: for the planning
+/// kernel, or for block 0 of a kernel that plans itself.
+///
+/// # Safety
+/// One thread calls it; `plan` holds [`ws_scratch_bytes`]`(plan_capacity)` bytes, 16-byte
+/// aligned, whose maps nothing reads meanwhile.
+#[inline(always)]
+unsafe fn store_maps(plan: *mut u32, plan_capacity: u32, maps: [&TensorMapImage; 3]) {
+    let at = |m| ws_tensor_map_address(plan as u64, plan_capacity as u64, m) as *mut u64;
+    tma::store_map(at(WsMap::KeysValues), maps[0]);
+    tma::store_map(at(WsMap::Queries), maps[1]);
+    tma::store_map(at(WsMap::Output), maps[2]);
+}
+
 /// The plan state word's value, under the launch's tag, once the plan is published
 /// ([`plan_or_wait`]); any other value (the workspace's earlier contents, 0 as the last block
 /// leaves it) means not yet.
@@ -915,10 +930,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
     let ready = launch_tagged_word(p.launch_tag, PLAN_READY);
     if block_idx_x() == 0 {
         if thread_idx_x() == 0 {
-            let at = |m| ws_tensor_map_address(plan as u64, p.plan_capacity as u64, m) as *mut u64;
-            tma::store_map(at(WsMap::KeysValues), maps[0]);
-            tma::store_map(at(WsMap::Queries), maps[1]);
-            tma::store_map(at(WsMap::Output), maps[2]);
+            store_maps(plan, p.plan_capacity, maps);
         }
         plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, WS_THREADS);
         // The scan's generic writes before the copies (async proxy) into the same shared memory.
@@ -1195,10 +1207,7 @@ pub unsafe fn rpa_plan_ws(
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
     if thread_idx_x() == 0 {
-        let at = |m| ws_tensor_map_address(plan as u64, params.plan_capacity as u64, m) as *mut u64;
-        tma::store_map(at(WsMap::KeysValues), &map);
-        tma::store_map(at(WsMap::Queries), &q_map);
-        tma::store_map(at(WsMap::Output), &o_map);
+        store_maps(plan, params.plan_capacity, [&map, &q_map, &o_map]);
     }
     plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS)
 }
