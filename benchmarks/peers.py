@@ -468,7 +468,7 @@ VARIANT_OPTIONS = {
     "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 last block
     "tp": "XGK_RPA_TABLE_PRELOAD",     # first tiles' page-table entries loaded with the row: 0 off, 1 on
     "kr": "XGK_RPA_KEY_ROWS",          # keys as mma rows (groups <= 8): 0 never, 1 16-bit KV, 2 fp8 too
-    "da": "XGK_RPA_DECODE_APART",      # a mixed batch's decode rows in the decode kernel: 0 off, 1 on
+    "da": "XGK_RPA_DECODE_APART",      # a mixed batch's decode rows in the decode kernel: 0 off, 1 on, 2 overlapped
 }
 
 

@@ -624,11 +624,14 @@ fn tiled_ws_kernel_small_cases() {
 
 /// The warp-specialized kernel at head dims 64 and 128 plans in its first block, under a launch
 /// tag that a captured CUDA graph replays unchanged: every launch must leave the plan's state word
-/// free for the next. One call captured in a graph, then replayed twice back to back (no sync
-/// between) for each of several metadata sets written into the same buffers: new KV lengths and
-/// page tables, new query splits (another plan), a decreasing `cu_q_lens` (the plan's fallback),
-/// and the first set again; each against the CPU. Then direct calls on the same workspace. A call
-/// is one launch (the library's count) unless `XGK_WS_PERSISTENT=0`.
+/// free for the next. Likewise a mixed batch's decode rows apart (Auto), where the planning kernel
+/// publishes the plan under the tag and the tile kernel does not wait for the decode kernel
+/// between (`XGK_RPA_DECODE_APART=2`). One call captured in a graph, then replayed twice back to
+/// back (no sync between) for each of several metadata sets written into the same buffers: new KV
+/// lengths and page tables, new query splits (another plan), a decreasing `cu_q_lens` (the plan's
+/// fallback), and the first set again; each against the CPU. Then direct calls on the same
+/// workspace. A prefill call is one launch (the library's count) unless `XGK_WS_PERSISTENT=0`; a
+/// mix three (plan, decode, tiles).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_ws_graph_replays_follow_new_metadata() {
@@ -637,31 +640,50 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
     assert_eq!(image.ok(), Some("sm_90a"), "tiled-ws needs the sm_90a image (a Hopper GPU)");
     let stream = gpu();
     let mut rng = seeded_rng();
-    let kernel = KernelChoice::TiledWarpSpecialized;
+    let per_pair = std::env::var("XGK_WS_PERSISTENT").is_ok_and(|v| v.trim() == "0");
     let mut replays = 0;
-    for (head_dim, nkv, group) in [(128, 2, 4), (64, 1, 8)] {
-        let base = random_case(
-            &mut rng,
-            DType::BF16,
-            DType::BF16,
-            head_dim,
-            nkv,
-            group,
-            16,
-            &[(150, 400), (90, 90), (40, 700)],
-            20,
-        );
-        assert!(tiled_ws_applies(&base.spec(), 90));
+    /// A call to capture: (head_dim, KV heads, group), the kernel, its sequences (q, kv), another
+    /// split of their rows (`cu_q_lens`), padding rows.
+    struct Replayed {
+        shape: (usize, usize, usize),
+        kernel: KernelChoice,
+        seqs: &'static [(usize, usize)],
+        other_cu: &'static [i32],
+        pad: usize,
+    }
+    const PREFILL: &[(usize, usize)] = &[(150, 400), (90, 90), (40, 700)];
+    const MIX: &[(usize, usize)] = &[(30, 400), (1, 3000), (1, 200), (12, 60), (1, 900), (1, 0)];
+    let ws = KernelChoice::TiledWarpSpecialized;
+    let configs = [
+        Replayed { shape: (128, 2, 4), kernel: ws, seqs: PREFILL, other_cu: &[0, 10, 200, 280], pad: 20 },
+        Replayed { shape: (64, 1, 8), kernel: ws, seqs: PREFILL, other_cu: &[0, 10, 200, 280], pad: 20 },
+        Replayed {
+            shape: (128, 2, 4),
+            kernel: KernelChoice::Auto,
+            seqs: MIX,
+            other_cu: &[0, 1, 2, 32, 33, 45, 46],
+            pad: 3,
+        },
+    ];
+    for Replayed { shape: (head_dim, nkv, group), kernel, seqs, other_cu, pad } in configs {
+        let base = random_case(&mut rng, DType::BF16, DType::BF16, head_dim, nkv, group, 16, seqs, pad);
+        let spec = base.spec();
+        assert!(tiled_ws_applies(&spec, 90));
+        let apart = kernel == KernelChoice::Auto;
+        if apart {
+            let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+            assert!(decode_apart_applies(&ctx, &spec).unwrap(), "the mix runs its decode rows apart");
+        }
         // The same shapes with other metadata values (the CPU defines every value).
         let mut other = base.clone();
-        other.kv_lens = vec![333, 90, 12];
+        let max_kv = seqs.iter().map(|s| s.1).max().unwrap() as i32;
+        other.kv_lens = (0..seqs.len()).map(|_| rng.gen_range(1..=max_kv)).collect();
         other.kv_lens.resize(base.max_num_seqs, 0);
         other.page_indices.shuffle(&mut rng);
-        other.cu_q_lens = vec![0, 10, 200, 280];
-        other.cu_q_lens.resize(base.max_num_seqs + 1, 280);
+        other.cu_q_lens = other_cu.to_vec();
+        other.cu_q_lens.resize(base.max_num_seqs + 1, *other_cu.last().unwrap());
         let mut decreasing = base.clone();
         decreasing.cu_q_lens.swap(1, 2);
-        let spec = base.spec();
         let mut inputs = CaseInputs::upload(&stream, &base);
         let q = Dev::from(&stream, &base.q);
         let mut out = Dev::from(&stream, &vec![0xFFu8; base.out_bytes()]);
@@ -669,17 +691,24 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         let ws = Dev::from(&stream, &vec![0xFFu8; bytes]);
         let bufs = inputs.buffers(&stream, &q, &out, Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes });
         // A call outside the capture resolves and caches the plan (no first-use calls under it).
-        // With persistent blocks (the default schedule) it is one launch; one block per pair
-        // launches the planning kernel first.
+        // With persistent blocks (the default schedule) a prefill call is one launch; one block
+        // per pair launches the planning kernel first.
         let before = launch_count();
         unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
-        let per_pair = std::env::var("XGK_WS_PERSISTENT").is_ok_and(|v| v.trim() == "0");
-        assert_eq!(launch_count() - before, if per_pair { 2 } else { 1 }, "launches of one call");
+        let launches = if apart {
+            3
+        } else if per_pair {
+            2
+        } else {
+            1
+        };
+        assert_eq!(launch_count() - before, launches, "launches of one call");
         stream.synchronize().unwrap();
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
         let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };
         let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
         launched.unwrap();
+        let what = format!("d{head_dim} {}", if apart { "mix" } else { "prefill" });
         for (name, case) in [("base", &base), ("other", &other), ("decreasing", &decreasing), ("base again", &base)] {
             stream.memcpy_htod(&case.kv_lens, &mut inputs.kv_lens.buf).unwrap();
             stream.memcpy_htod(&case.page_indices, &mut inputs.page_indices.buf).unwrap();
@@ -689,7 +718,7 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
             graph.launch().unwrap();
             stream.synchronize().unwrap();
             let got = stream.clone_dtoh(&out.buf).unwrap();
-            compare(case, &got, &case.cpu_output(), &format!("d{head_dim} replay, {name}"));
+            compare(case, &got, &case.cpu_output(), &format!("{what} replay, {name}"));
             replays += 2;
         }
         // Direct calls (fresh tags) on the workspace the replays used, the base metadata in place.
@@ -699,7 +728,7 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         }
         stream.synchronize().unwrap();
         let direct = stream.clone_dtoh(&out.buf).unwrap();
-        compare(&base, &direct, &base.cpu_output(), &format!("d{head_dim} direct calls after the replays"));
+        compare(&base, &direct, &base.cpu_output(), &format!("{what} direct calls after the replays"));
     }
     println!("{replays} graph replays passed");
 }
@@ -842,6 +871,12 @@ fn decode_rows_apart_match_cpu() {
             worst = worst.max(compare(&case, &out, &cpu, &label(image)));
             runs += 1;
         }
+        // The tile kernel after the decode kernel's end (the default does not wait for it).
+        with_setting(DECODE_APART_ENV_VAR, "1", || {
+            let out = run_gpu(&stream, &case, KernelChoice::Auto);
+            worst = worst.max(compare(&case, &out, &cpu, &label("tiles after the decode kernel")));
+            runs += 1;
+        });
         with_setting(DECODE_APART_ENV_VAR, "0", || {
             let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
             assert!(!decode_apart_applies(&ctx, &case.spec()).unwrap());

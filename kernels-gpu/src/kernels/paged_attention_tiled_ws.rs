@@ -899,36 +899,62 @@ unsafe fn store_maps(plan: *mut u32, plan_capacity: u32, maps: [&TensorMapImage;
 /// leaves it) means not yet.
 const PLAN_READY: u32 = 1;
 
-/// Makes the call's plan and tensor maps ready for this block where the kernel plans itself
-/// ([`ws_plans_itself`], persistent blocks: a nonzero `RpaParams::launch_tag`): block 0 builds
-/// them, every other block waits until they are published. One launch per call instead of a
-/// planning kernel before this one (a launch is ~2.5 µs of the host's time, benchmarks/NOTES.md
-/// "v24").
+/// Publishes the plan at `plan` under a launch's tag (`ready`, [`launch_tagged_word`]): zeroes the
+/// count of blocks done, then, after a GPU-scope fence (the plan's and the maps' writes before it),
+/// stores the plan's state word, in its own 128-byte line of the header.
+///
+/// # Safety
+/// One thread calls it, after every write of the plan and its maps is ordered before it (a block
+/// barrier); `plan` holds the plan header.
+#[inline(always)]
+unsafe fn publish_plan(plan: *mut u32, ready: u64) {
+    *plan.add(PLAN_BLOCKS_DONE_WORD) = 0;
+    gpu_scope::fence_acq_rel();
+    AtomicU64::from_ptr(plan.add(PLAN_STATE_WORD) as *mut u64).store(ready, Ordering::Relaxed);
+}
+
+/// Makes the call's plan and tensor maps ready for this block where they are published under a
+/// tag (a nonzero `RpaParams::launch_tag`): where the kernel plans itself ([`ws_plans_itself`],
+/// persistent blocks), block 0 builds them and every other block waits until they are published;
+/// with a mixed batch's decode rows apart (`RpaParams::decode_apart`), [`rpa_plan_ws`] has built
+/// and publishes them and every block waits. One launch per prefill call instead of a planning
+/// kernel before this one (a launch is ~2.5 µs of the host's time, benchmarks/NOTES.md "v24");
+/// with decode rows apart, a grid that need not wait for the decode kernel between (see
+/// [`rpa_tiled_ws`]).
 ///
 /// Block 0's thread 0 stores the three tensor maps (released to the tensor-map proxy), its
 /// threads build the plan ([`plan_items`], with the block's dynamic shared memory, not yet in use,
-/// for the scan), then thread 0 zeroes the count of blocks done and, after a GPU-scope fence,
-/// publishes the plan's state word (in its own 128-byte line of the header) under the launch's
-/// tag ([`launch_tagged_word`]: the workspace may hold anything before); every other block's
-/// thread 0 polls the word with acquire loads until it reads that. A block barrier ends it. The
-/// waiters need block 0 running: the grid is at most one block per multiprocessor, and a
-/// programmatic dependent grid starts only once every block has; the host plans apart for a grid
-/// of one block per pair (more blocks than fit, in an order the hardware does not promise).
-/// [`count_block_done`] leaves the word at 0 after the grid's last block, for a replay of the
-/// launch under the same tag (a captured CUDA graph).
+/// for the scan), then thread 0 publishes it ([`publish_plan`]: the workspace may hold anything
+/// before); every waiting block's thread 0 polls the state word with acquire loads until it reads
+/// the launch's. A block barrier ends it. The waiters need the builder running: where block 0
+/// builds, the grid is at most one block per multiprocessor, and a programmatic dependent grid
+/// starts only once every block has; the host plans apart for a grid of one block per pair (more
+/// blocks than fit, in an order the hardware does not promise). [`count_block_done`] leaves the
+/// word at 0 after the grid's last block, for a replay of the launch under the same tag (a
+/// captured CUDA graph).
+///
+/// The grid dependency: where block 0 builds, every block waits for the kernel before (the plan
+/// reads its inputs, and the other blocks' acquire then orders them too); with decode rows apart
+/// none does here (the decode kernel's rows are not this kernel's), and the published plan,
+/// written after the planning kernel's own wait, orders the inputs.
 ///
 /// # Safety
-/// Every thread of the block calls it once, after the grid dependency wait and before anything
-/// else uses the block's shared memory or reads the plan or the maps; `p.launch_tag` nonzero;
-/// every block of the grid resident together once running; `ptr.plan` holds
-/// [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that only this grid touches
-/// while it runs; `maps` are the call's K/V, Q and output maps ([`WsMap`]'s order).
+/// Every thread of the block calls it once, before anything else uses the block's shared memory
+/// or reads the plan or the maps; `p.launch_tag` nonzero; where `p.decode_apart` is 0 every block
+/// of the grid resident together once running, else [`rpa_plan_ws`] launched before with the same
+/// `p`; `ptr.plan` holds [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that
+/// only this grid (and where it publishes, the planning kernel) touches while it runs; `maps` are
+/// the call's K/V, Q and output maps ([`WsMap`]'s order).
 #[inline(always)]
 unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorMapImage; 3]) {
     let plan = ptr.plan as *mut u32;
     let state = plan.add(PLAN_STATE_WORD) as *mut u64;
     let ready = launch_tagged_word(p.launch_tag, PLAN_READY);
-    if block_idx_x() == 0 {
+    let plans_here = p.decode_apart == 0;
+    if plans_here {
+        crate::grid_dependency::wait_for_prerequisites();
+    }
+    if plans_here && block_idx_x() == 0 {
         if thread_idx_x() == 0 {
             store_maps(plan, p.plan_capacity, maps);
         }
@@ -938,9 +964,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
         // Every thread's plan writes before thread 0 publishes them.
         sync_threads();
         if thread_idx_x() == 0 {
-            *plan.add(PLAN_BLOCKS_DONE_WORD) = 0;
-            gpu_scope::fence_acq_rel();
-            AtomicU64::from_ptr(state).store(ready, Ordering::Relaxed);
+            publish_plan(plan, ready);
         }
     } else if thread_idx_x() == 0 {
         while gpu_scope::load_acquire_u64(state) != ready {}
@@ -1033,12 +1057,13 @@ unsafe fn rpa_tiled_ws<
         // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
         assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
     };
-    // Launched programmatically (sm_90 image): the inputs, and with decode rows apart the plan
-    // and the decode kernel's outputs, are readable after the wait.
+    // Launched programmatically (sm_90 image): the kernel after this one may launch once every
+    // block has started; it waits for this grid's end before touching what this one does.
     crate::grid_dependency::launch_dependents();
-    crate::grid_dependency::wait_for_prerequisites();
-    // Where the host asks (a nonzero tag; never at head_dim 256, whose kernels keep no code for it).
-    let plans_itself = ws_plans_itself(D as u32) && p.launch_tag != 0;
+    // A plan published under a tag (a nonzero tag; never at head_dim 256, whose kernels keep no
+    // code for it): built by block 0 (`plan_or_wait`), or with decode rows apart by the planning
+    // kernel, with no wait for the decode kernel between.
+    let tagged_plan = ws_plans_itself(D as u32) && p.launch_tag != 0;
     let q_by_tma = ws_q_by_tma(D as u32, p.num_q_heads / p.num_kv_heads.max(1));
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
@@ -1063,10 +1088,13 @@ unsafe fn rpa_tiled_ws<
             barrier::init(smem.empty_sched(slot), WS_THREADS);
         }
     }
-    if plans_itself {
+    if tagged_plan {
         // (Its block barriers order the mbarriers' initialization before their use too.)
         plan_or_wait(&ptr, &p, maps);
     } else {
+        // The inputs and the plan (and with decode rows apart, the decode kernel's end: see
+        // below) after the wait.
+        crate::grid_dependency::wait_for_prerequisites();
         sync_threads();
     }
     // Every role walks the same items and tiles, counting tiles (and sequence items) the same way.
@@ -1177,14 +1205,21 @@ unsafe fn rpa_tiled_ws<
             barrier::sync_named::<3>(2 * WARPGROUP);
         }
     }
-    if plans_itself {
+    if tagged_plan {
         count_block_done(&ptr);
+        if p.decode_apart != 0 {
+            // The decode kernel before this one may still run (its rows are not this kernel's):
+            // this grid ends after it, so that the kernels after the call, which wait for this
+            // grid only, find the decode rows written too.
+            crate::grid_dependency::wait_for_prerequisites();
+        }
     }
 }
 
 /// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
 /// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]):
-/// launched before it where the kernel does not plan itself (see [`ws_plans_itself`]).
+/// launched before it where the kernel does not plan itself (see [`ws_plans_itself`]). A nonzero
+/// `params.launch_tag` (decode rows apart) publishes the plan under it ([`plan_or_wait`]).
 ///
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
@@ -1209,7 +1244,15 @@ pub unsafe fn rpa_plan_ws(
     if thread_idx_x() == 0 {
         store_maps(plan, params.plan_capacity, [&map, &q_map, &o_map]);
     }
-    plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS)
+    plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS);
+    if params.launch_tag != 0 {
+        // With decode rows apart, the tile kernel waits for the plan by its state word, not for
+        // this grid's end ([`plan_or_wait`]).
+        sync_threads();
+        if thread_idx_x() == 0 {
+            publish_plan(plan, launch_tagged_word(params.launch_tag, PLAN_READY));
+        }
+    }
 }
 
 /// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`,
@@ -1227,8 +1270,9 @@ macro_rules! rpa_tile_ws_kernels {
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
         /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
         /// (16-byte aligned) that only this grid touches while it runs: written by
-        /// [`rpa_plan_ws`] with the same `params` and a zero `params.launch_tag` (the maps
-        /// unused), or of any contents where the kernel plans itself, with the grid at most one
+        /// [`rpa_plan_ws`] with the same `params` (the maps unused; with a nonzero
+        /// `params.launch_tag` only where `params.decode_apart`), or of any contents where the
+        /// kernel plans itself (a nonzero tag, `params.decode_apart` 0), with the grid at most one
         /// block per multiprocessor, `map` describing `kv` (`tiled_ws_supports` on the host),
         /// `q_map` the queries and `o_map` the output (dims x query heads x `max_tokens`, boxes
         /// [`ws_q_box`]) where [`ws_q_by_tma`]. Metadata values may be anything: they never

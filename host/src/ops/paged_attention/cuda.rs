@@ -354,10 +354,18 @@ pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 
 /// Environment variable switching off (`0`) the decode kernel for a mixed batch's decode rows
-/// (`1`, the default; `RpaParams::decode_apart`, [`decode_apart_applies`]): with it, Auto runs a
-/// call that may mix prefill and decode rows as the tile kernel over the other rows and the
-/// pipelined decode kernel over its one-row sequences; without it, the tile kernel takes every row.
+/// (`RpaParams::decode_apart`, [`decode_apart_applies`]): with it, Auto runs a call that may mix
+/// prefill and decode rows as the tile kernel over the other rows and the pipelined decode kernel
+/// over its one-row sequences; without it, the tile kernel takes every row. With `1` the tile
+/// kernel starts after the decode kernel; with `2` ([`DEFAULT_DECODE_APART`]) the
+/// warp-specialized tile kernel (head dims 64 and 128) does not wait for it: it waits for its
+/// plan's state word (`rpa_plan_ws` publishes it under the call's tag) and for the decode kernel
+/// only before its blocks end, so that its blocks take the multiprocessors the decode grid's last
+/// wave leaves (`TiledPlan::overlaps_decode`).
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
+
+/// Default of [`DECODE_APART_ENV_VAR`].
+const DEFAULT_DECODE_APART: u32 = 2;
 
 /// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
 /// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
@@ -423,7 +431,7 @@ pub struct LaunchSettings {
     /// [`KEY_ROWS_ENV_VAR`].
     pub key_rows: u32,
     /// [`DECODE_APART_ENV_VAR`].
-    pub decode_apart: bool,
+    pub decode_apart: u32,
 }
 
 /// The settings, read once; `None` until first read.
@@ -467,7 +475,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
-        decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, 1, 0..=1)? == 1,
+        decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -747,6 +755,14 @@ impl TiledPlan {
     fn plans_itself(&self, persistent: bool) -> bool {
         self.can_plan_itself && persistent
     }
+
+    /// Whether the warp-specialized kernel after the decode kernel (decode rows apart) starts
+    /// without waiting for it ([`DECODE_APART_ENV_VAR`] 2): at head dims 64 and 128
+    /// (`ws_plans_itself`: the kernels that wait for a published plan), the plan kernel then
+    /// publishing the plan under the call's tag.
+    fn overlaps_decode(&self, spec: &PagedAttention, decode_apart: u32) -> bool {
+        self.warp_specialized && self.decode.is_some() && ws_plans_itself(spec.head_dim) && decode_apart == 2
+    }
 }
 
 /// [`LaunchPlan::Direct`]: the attention kernel, its block, and the key splits.
@@ -944,7 +960,7 @@ fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoice) -> Resul
 /// empty decode grid would cost them its launch and a round trip to memory.
 pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Result<bool> {
     let cc = module.compute_capability;
-    Ok(settings()?.decode_apart
+    Ok(settings()?.decode_apart != 0
         && spec.max_num_seqs >= 2
         && spec.max_tokens > spec.max_num_seqs
         && !wgmma_tiles_preferred(spec)
@@ -1627,8 +1643,9 @@ unsafe fn launch_tiled(
         params.dynamic_pairs = u32::from(settings.persistent == 2);
     }
     let plans_itself = t.plans_itself(settings.persistent != 0);
-    if plans_itself {
-        // Tags the plan's state word in the workspace (`plan_or_wait`).
+    if plans_itself || t.overlaps_decode(spec, settings.decode_apart) {
+        // Tags the plan's state word in the workspace (`plan_or_wait`; with decode rows apart,
+        // the plan kernel publishes it).
         params.launch_tag = next_launch_tag();
     }
     // The warp-specialized kernel's K/V, Q and output maps: for its plan kernel, or for itself.
