@@ -7,7 +7,9 @@
 //! workspace and stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after it
 //! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]). Otherwise (head_dim
 //! 256, one block per pair, a call whose decode sequences run apart: the pipelined decode kernel
-//! between reads the plan's fallback flag) [`rpa_plan_ws`] plans and stores the maps first.
+//! between reads the plan's fallback flag) [`rpa_plan_ws`] plans and stores the maps first; with
+//! decode sequences apart at head dims 64 and 128 it publishes them under the call's tag, and this
+//! kernel's blocks wait for that rather than for the decode kernel, which they run beside.
 //! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
 //! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
@@ -147,10 +149,11 @@ pub const fn ws_tile_rows(group: u32) -> u32 {
     WS_TILE_M / group
 }
 
-/// Whether the kernel can build its own plan at a head dim ([`plan_or_wait`]): the host then
-/// passes a nonzero `RpaParams::launch_tag` and launches no [`rpa_plan_ws`] before it, where its
-/// blocks are persistent and no decode kernel between reads the plan. Not at 256: the protocol's
-/// code before the roles made ptxas spill ~4x more of the producer's 24 registers there
+/// Whether the kernel can build its own plan at a head dim, or wait for one published under a tag
+/// ([`plan_or_wait`]): the host then passes a nonzero `RpaParams::launch_tag` and launches no
+/// [`rpa_plan_ws`] before it, where its blocks are persistent and no decode kernel between reads
+/// the plan; or, with decode rows apart, launches [`rpa_plan_ws`] with the tag. Not at 256: the
+/// protocol's code before the roles made ptxas spill ~4x more of the producer's 24 registers there
 /// (benchmarks/NOTES.md "v24"), so those kernels have none.
 pub const fn ws_plans_itself(head_dim: u32) -> bool {
     head_dim <= 128

@@ -1618,7 +1618,9 @@ fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]>
 /// the work items into `plan` (scratch), then one block per (item, KV head) runs. The
 /// warp-specialized kernel at head dims 64 and 128 with persistent blocks plans in its block 0
 /// instead (one launch: a launch is ~2.5 µs of host time), but where the pipelined decode kernel
-/// runs before it and reads the plan.
+/// runs before it and reads the plan; there, with [`DECODE_APART_ENV_VAR`] 2, the plan kernel
+/// publishes the plan under the call's tag and the tile kernel runs beside the decode kernel
+/// (`TiledPlan::overlaps_decode`).
 ///
 /// # Safety
 /// As [`launch_cuda`]; `plan` holds `t`'s scratch bytes (`LaunchPlan::scratch_bytes`).
