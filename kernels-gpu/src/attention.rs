@@ -70,7 +70,9 @@ pub struct RpaParams {
     /// kernel, in whichever of their blocks is counted in last (without clusters): one 8-byte
     /// counter per (row, head chunk), after the partials ([`split_counters_offset`]); 0 there: a
     /// merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan
-    /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`). 0 for the other kernels.
+    /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`); with a mixed batch's
+    /// decode rows apart, its planning kernel `rpa_plan_ws` publishes the plan under the tile
+    /// kernel's tag (the two launches of one call share it). 0 for the other kernels.
     pub launch_tag: u32,
     /// Nonzero: the pipelined kernel loads the page-table entries of its first tiles together
     /// with the row's metadata, on the decode guess (row `t` is sequence `t`, keys from 0), and

@@ -8,8 +8,9 @@
 //! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]). Otherwise (head_dim
 //! 256, one block per pair, a call whose decode sequences run apart: the pipelined decode kernel
 //! between reads the plan's fallback flag) [`rpa_plan_ws`] plans and stores the maps first; with
-//! decode sequences apart at head dims 64 and 128 it publishes them under the call's tag, and this
-//! kernel's blocks wait for that rather than for the decode kernel, which they run beside.
+//! decode sequences apart at head dims 64 and 128 (and `XGK_RPA_DECODE_APART=2`, the default) it
+//! publishes them under the call's tag, and this kernel's blocks wait for that rather than for the
+//! decode kernel, which they run beside.
 //! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
 //! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
@@ -904,7 +905,9 @@ const PLAN_READY: u32 = 1;
 
 /// Publishes the plan at `plan` under a launch's tag (`ready`, [`launch_tagged_word`]): zeroes the
 /// count of blocks done, then, after a GPU-scope fence (the plan's and the maps' writes before it),
-/// stores the plan's state word, in its own 128-byte line of the header.
+/// stores the plan's state word (word 32: a 128-byte line apart from the header's first words,
+/// shared with the count of blocks done and the first items, which the planning kernel writes
+/// while the tile kernel's blocks may poll: a cost in speed only).
 ///
 /// # Safety
 /// One thread calls it, after every write of the plan and its maps is ordered before it (a block
@@ -939,7 +942,14 @@ unsafe fn publish_plan(plan: *mut u32, ready: u64) {
 /// The grid dependency: where block 0 builds, every block waits for the kernel before (the plan
 /// reads its inputs, and the other blocks' acquire then orders them too); with decode rows apart
 /// none does here (the decode kernel's rows are not this kernel's), and the published plan,
-/// written after the planning kernel's own wait, orders the inputs.
+/// written after the planning kernel's own wait, orders the inputs. That last step relies on the
+/// earlier kernels' writes having reached L2 (they have completed) and on acquire-release
+/// carrying them from the planning kernel's thread to this grid; PTX promises the wait's
+/// visibility to the waiting grid only, and the bulk (async-proxy) loads of Q and K/V follow a
+/// generic acquire with no `fence.proxy.async.global` (benchmarks/NOTES.md "v25", review). With
+/// decode rows apart the waiters are live: this grid starts only once every decode block has, and
+/// the decode grid only once the planning kernel's one block has, so the publisher is running or
+/// done.
 ///
 /// # Safety
 /// Every thread of the block calls it once, before anything else uses the block's shared memory
@@ -1095,8 +1105,8 @@ unsafe fn rpa_tiled_ws<
         // (Its block barriers order the mbarriers' initialization before their use too.)
         plan_or_wait(&ptr, &p, maps);
     } else {
-        // The inputs and the plan (and with decode rows apart, the decode kernel's end: see
-        // below) after the wait.
+        // The inputs and the plan (and with decode rows apart, the decode kernel's end) after
+        // the wait.
         crate::grid_dependency::wait_for_prerequisites();
         sync_threads();
     }
@@ -1264,15 +1274,18 @@ macro_rules! rpa_tile_ws_kernels {
     ($( $name:ident: $q:ty, $d:literal, $keys:literal; )*) => {$(
         /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
         /// per tile item: one launch per call where it plans itself (a nonzero
-        /// `params.launch_tag`, see [`ws_plans_itself`]), else after [`rpa_plan_ws`] (and the
-        /// pipelined decode kernel where `params.decode_apart`).
+        /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]), else after
+        /// [`rpa_plan_ws`] (and the pipelined decode kernel where `params.decode_apart`, beside
+        /// which it runs under a nonzero tag).
         ///
         /// # Safety
         /// Grid `(n, 1)` with n at most `params.plan_capacity * num_kv_heads` (whose triple, and
         /// that of `max_tokens * num_kv_heads`, fit in a `u32`), [`WS_THREADS`] threads and
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
         /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
-        /// (16-byte aligned) that only this grid touches while it runs: written by
+        /// (16-byte aligned) that only this grid writes while it runs (with decode rows apart, the
+        /// planning kernel before it may still be writing it, and the decode kernel reads it):
+        /// written by
         /// [`rpa_plan_ws`] with the same `params` (the maps unused; with a nonzero
         /// `params.launch_tag` only where `params.decode_apart`), or of any contents where the
         /// kernel plans itself (a nonzero tag, `params.decode_apart` 0), with the grid at most one
