@@ -58,9 +58,10 @@ pub const TILE_THREADS: u32 = 128;
 pub const PLAN_THREADS: u32 = 256;
 /// Words before the items in the plan: item count, fallback flag, tile-item count, the
 /// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan); then, in
-/// a 128-byte line of their own (polled by every block while the rest of the header is written),
-/// that kernel's plan state (an 8-byte word at [`PLAN_STATE_WORD`]) and count of blocks done
-/// ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36 (16-byte aligned).
+/// the next 128-byte line (apart from those four words, which are written while every block
+/// polls; the first items share it), that kernel's plan state (an 8-byte word at
+/// [`PLAN_STATE_WORD`]) and count of blocks done ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36
+/// (16-byte aligned).
 pub const PLAN_HEADER_WORDS: u32 = 36;
 /// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
 /// then single rows ([`PlanView::item`]).
@@ -69,7 +70,8 @@ pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
 pub(crate) const PLAN_TILES_WORD: usize = 2;
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
 pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
-/// The warp-specialized kernel's plan state, where it plans itself: an 8-byte word at words 32
+/// The warp-specialized kernel's plan state, where its plan is published under a tag (built by its
+/// block 0, or with decode rows apart by `rpa_plan_ws`): an 8-byte word at words 32
 /// and 33 (byte 128 of the plan, which is 16-byte aligned; `paged_attention_tiled_ws::plan_or_wait`).
 pub(crate) const PLAN_STATE_WORD: usize = 32;
 /// The warp-specialized kernel's count of blocks that are done with the plan.

@@ -898,12 +898,15 @@ unsafe fn store_maps(plan: *mut u32, plan_capacity: u32, maps: [&TensorMapImage;
     tma::store_map(at(WsMap::Output), maps[2]);
 }
 
-/// The plan state word's value, under the launch's tag, once the plan is published
-/// ([`plan_or_wait`]); any other value (the workspace's earlier contents, 0 as the last block
-/// leaves it) means not yet.
-const PLAN_READY: u32 = 1;
+/// The plan state word's value once the plan is published under `tag` ([`plan_or_wait`]): ready
+/// (1) under the tag ([`launch_tagged_word`]); any other value (the workspace's earlier contents,
+/// 0 as the last block leaves it) means not yet.
+#[inline(always)]
+const fn plan_ready_word(tag: u32) -> u64 {
+    launch_tagged_word(tag, 1)
+}
 
-/// Publishes the plan at `plan` under a launch's tag (`ready`, [`launch_tagged_word`]): zeroes the
+/// Publishes the plan at `plan` under a launch's tag ([`plan_ready_word`]): zeroes the
 /// count of blocks done, then, after a GPU-scope fence (the plan's and the maps' writes before it),
 /// stores the plan's state word (word 32: a 128-byte line apart from the header's first words,
 /// shared with the count of blocks done and the first items, which the planning kernel writes
@@ -913,10 +916,10 @@ const PLAN_READY: u32 = 1;
 /// One thread calls it, after every write of the plan and its maps is ordered before it (a block
 /// barrier); `plan` holds the plan header.
 #[inline(always)]
-unsafe fn publish_plan(plan: *mut u32, ready: u64) {
+unsafe fn publish_plan(plan: *mut u32, tag: u32) {
     *plan.add(PLAN_BLOCKS_DONE_WORD) = 0;
     gpu_scope::fence_acq_rel();
-    AtomicU64::from_ptr(plan.add(PLAN_STATE_WORD) as *mut u64).store(ready, Ordering::Relaxed);
+    AtomicU64::from_ptr(plan.add(PLAN_STATE_WORD) as *mut u64).store(plan_ready_word(tag), Ordering::Relaxed);
 }
 
 /// Makes the call's plan and tensor maps ready for this block where they are published under a
@@ -962,7 +965,7 @@ unsafe fn publish_plan(plan: *mut u32, ready: u64) {
 unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorMapImage; 3]) {
     let plan = ptr.plan as *mut u32;
     let state = plan.add(PLAN_STATE_WORD) as *mut u64;
-    let ready = launch_tagged_word(p.launch_tag, PLAN_READY);
+    let ready = plan_ready_word(p.launch_tag);
     let plans_here = p.decode_apart == 0;
     if plans_here {
         crate::grid_dependency::wait_for_prerequisites();
@@ -977,7 +980,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
         // Every thread's plan writes before thread 0 publishes them.
         sync_threads();
         if thread_idx_x() == 0 {
-            publish_plan(plan, ready);
+            publish_plan(plan, p.launch_tag);
         }
     } else if thread_idx_x() == 0 {
         while gpu_scope::load_acquire_u64(state) != ready {}
@@ -1263,7 +1266,7 @@ pub unsafe fn rpa_plan_ws(
         // this grid's end ([`plan_or_wait`]).
         sync_threads();
         if thread_idx_x() == 0 {
-            publish_plan(plan, launch_tagged_word(params.launch_tag, PLAN_READY));
+            publish_plan(plan, params.launch_tag);
         }
     }
 }
