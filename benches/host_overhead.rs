@@ -74,7 +74,7 @@ impl Shape {
     }
 }
 
-const SHAPES: [Shape; 4] = [
+const SHAPES: [Shape; 5] = [
     // one sequence, 128 keys: one kernel
     Shape { name: "decode_1x128", rows: 1, seqs: 1, pages_per_seq: 8, pool_pages: 64 },
     // one sequence, 32k keys: split-KV kernel + merge
@@ -84,6 +84,9 @@ const SHAPES: [Shape; 4] = [
     // one 2k-token prefill: on Hopper the plan kernel and the warp-specialized kernel, with the
     // K/V, Q and output tensor maps encoded per call
     Shape { name: "prefill_1x2k", rows: 2048, seqs: 1, pages_per_seq: 128, pool_pages: 128 },
+    // an engine step's shapes (more rows than sequence slots, under 64 per slot): on Hopper the
+    // decode kernel over its one-row sequences, then the warp-specialized kernel beside it
+    Shape { name: "mix_1148x128", rows: 1148, seqs: 128, pages_per_seq: 16, pool_pages: 2048 },
 ];
 
 fn frame_for(shape: &Shape, ptrs: &[*mut c_void; 8], ws_bytes: i64, stream: *mut c_void) -> FrameBuilder {

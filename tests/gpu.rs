@@ -624,15 +624,18 @@ fn tiled_ws_kernel_small_cases() {
 
 /// The warp-specialized kernel at head dims 64 and 128 plans in its first block, under a launch
 /// tag that a captured CUDA graph replays unchanged: every launch must leave the plan's state word
-/// free for the next. Likewise a mixed batch's decode rows apart (Auto), where the planning kernel
-/// publishes the plan under the tag and the tile kernel does not wait for the decode kernel
-/// between (`XGK_RPA_DECODE_APART=2`). One call captured in a graph, then replayed once, and twice
+/// free for the next. Likewise a mixed batch's decode rows apart (Auto), where the tile kernel's
+/// block 0 plans once the decode kernel's first block has published the inputs word under the
+/// tag, and the tile kernel does not wait for the decode kernel between
+/// (`XGK_RPA_DECODE_APART=2`; with `XGK_WS_PERSISTENT=0` the planning kernel publishes the plan). One call captured in a graph, then replayed once, and twice
 /// back to back (no sync between), for each of several metadata sets written into the same
 /// buffers: new KV lengths and page tables, new query splits (another plan), a decreasing
 /// `cu_q_lens` (the plan's fallback), and the first set again; each against the CPU. Then direct
-/// calls on the same workspace. Not covered: that the tile grid of a mix ends after its decode
-/// grid (every check here follows a stream sync). A prefill call is one launch (the library's count) unless `XGK_WS_PERSISTENT=0`; a
-/// mix three (plan, decode, tiles).
+/// calls on the same workspace (that a mix's tile grid ends after its decode grid: see
+/// `programmatic_launches_chained_through_data_match_cpu`). A prefill call is one launch (the
+/// library's count), a mix two (decode, tiles: the tile kernel's block 0 plans once the decode
+/// kernel's first block says the inputs are written); one more each with `XGK_WS_PERSISTENT=0`
+/// (the planning kernel first).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_ws_graph_replays_follow_new_metadata() {
@@ -696,13 +699,7 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         // per pair launches the planning kernel first.
         let before = launch_count();
         unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
-        let launches = if apart {
-            3
-        } else if per_pair {
-            2
-        } else {
-            1
-        };
+        let launches = 1 + u64::from(apart) + u64::from(per_pair);
         assert_eq!(launch_count() - before, launches, "launches of one call");
         stream.synchronize().unwrap();
         stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
@@ -1039,7 +1036,11 @@ fn ptx_images_and_programmatic_launch_agree() {
 /// is the next call's q, and all share one workspace. A programmatic launch that touched memory
 /// before its `griddepcontrol.wait` would read a q the call before it is still writing, or
 /// overwrite partials that call's merge is still reading. Each link is checked against the CPU
-/// run on the GPU's own input to that link, so rounding does not compound.
+/// run on the GPU's own input to that link, so rounding does not compound. The mixes run their
+/// decode rows apart (Auto, on Hopper beside the warp-specialized tile kernel, which waits for
+/// the decode grid only before its blocks end): the last, whose decode row (30k keys) outlasts
+/// its prefill rows, shows that a call's tile grid ends after its decode grid, or the next
+/// link's decode kernel, which waits for that tile grid only, would read rows not yet written.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn programmatic_launches_chained_through_data_match_cpu() {
@@ -1050,6 +1051,8 @@ fn programmatic_launches_chained_through_data_match_cpu() {
         random_case(&mut rng, DType::BF16, DType::BF16, 128, 4, 8, 16, &[(1, 9000), (1, 3000)], 1),
         // plan + tile kernel
         random_case(&mut rng, DType::F16, DType::F16, 64, 1, 8, 16, &[(40, 300), (1, 5000), (7, 7)], 2),
+        // a mix whose decode row is the longest work
+        random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(20, 100), (1, 30_000), (1, 50)], 2),
     ];
     const LINKS: usize = 4;
     for programmatic in [true, false] {

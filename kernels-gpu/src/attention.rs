@@ -71,8 +71,9 @@ pub struct RpaParams {
     /// counter per (row, head chunk), after the partials ([`split_counters_offset`]); 0 there: a
     /// merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan
     /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`); with a mixed batch's
-    /// decode rows apart, its planning kernel `rpa_plan_ws` publishes the plan under the tile
-    /// kernel's tag (the two launches of one call share it). 0 for the other kernels.
+    /// decode rows apart, the decode kernel publishes the plan header's inputs word under the
+    /// tile kernel's tag (`decode_apart` 2), or the planning kernel `rpa_plan_ws` the plan
+    /// (`decode_apart` 1; a call's launches share the tag). 0 for the other kernels.
     pub launch_tag: u32,
     /// Nonzero: the pipelined kernel loads the page-table entries of its first tiles together
     /// with the row's metadata, on the decode guess (row `t` is sequence `t`, keys from 0), and
@@ -81,10 +82,12 @@ pub struct RpaParams {
     pub table_preload: u32,
     /// Nonzero: a mixed batch's decode sequences run apart from its other rows
     /// ([`is_apart_decode`]): the tile kernels' plan leaves them out, and the pipelined kernel's
-    /// twins on a grid of sequences (`rpa_pipe_seq_*`, `rpa_pipe_kr_seq_*`) compute their rows
-    /// (their `plan` pointer holds the tile plan, whose fallback flag, set for a decreasing
-    /// `cu_q_lens`, sends every row back to the tile kernel). Set on the three launches of such a
-    /// call; 0 for every other.
+    /// twins on a grid of sequences (`rpa_pipe_seq_*`, `rpa_pipe_kr_seq_*`) compute their rows.
+    /// Where the plan falls back (a decreasing `cu_q_lens`) the tile kernel writes every row,
+    /// the decode kernel's after its grid. 2: the warp-specialized tile kernel plans itself (its
+    /// block 0) once the decode kernel's block (0, 0, 0) has published the plan header's inputs
+    /// word under `launch_tag` (two launches); 1: a planning kernel comes first (three). Set on
+    /// every launch of such a call; 0 for every other.
     pub decode_apart: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.

@@ -83,7 +83,8 @@ pub(crate) struct RpaPointers<Q, KV> {
     pub out: *mut Q,
     pub part_o: *mut f32,
     pub part_lse: *mut f32,
-    /// The tile kernels' plan, read only with `RpaParams::decode_apart` (null otherwise).
+    /// The tile kernels' plan with `RpaParams::decode_apart` (null otherwise): never read; with
+    /// `decode_apart` 2, block (0, 0, 0) writes its inputs word.
     pub plan: *const u32,
 }
 
@@ -993,8 +994,10 @@ macro_rules! attention_kernels {
         /// # Safety
         /// Grid `(max_tokens, num_kv_heads * head chunks, num_splits)`, the block size and shared
         /// memory the host computes; every pointer a device buffer of the shape `params` describes
-        /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1; `plan` the tile plan
-        /// with `params.decode_apart`, on a grid of `max_num_seqs` sequences, else null).
+        /// (`part_o`/`part_lse` sized for `num_splits` when it is above 1; `plan` the tile plan's
+        /// header with `params.decode_apart`, on a grid of `max_num_seqs` sequences, else null;
+        /// with `decode_apart` 2 its inputs word is this grid's to write until the tile kernel
+        /// after it has read it).
         /// Metadata values may be anything: they never lead outside the buffers.
         #[$crate::kernel $((max_threads = $threads, min_blocks = $blocks))?]
         #[allow(clippy::too_many_arguments)]

@@ -40,7 +40,7 @@ use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
-use crate::thread::{block_idx_x, sync_threads, thread_idx_x};
+use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{
@@ -53,7 +53,7 @@ use super::paged_attention_key_rows::{
 use super::paged_attention_mma::{
     load_q_fragments, mask_logits, online_softmax_step, store_warp_state, LogitScale, WarpRows, MMA_HEADS_PER_BLOCK,
 };
-use super::paged_attention_tiled::PLAN_FALLBACK_WORD;
+use super::paged_attention_tiled::publish_inputs_ready;
 use super::unroll;
 
 /// Most keys per pipeline stage (16 per key group, two mma n-tiles; 4 groups), and the granule of
@@ -348,14 +348,15 @@ impl TablePreload {
 }
 
 /// [`resolve_block`] on a grid of sequences (`RpaParams::decode_apart`): block x is sequence `i`,
-/// whose one row the block works on where [`is_apart_decode`] gives it to the decode kernel and
-/// the tile plan is not in its fallback (which leaves every row to the tile kernel). None
+/// whose one row the block works on where [`is_apart_decode`] gives it to the decode kernel. None
 /// otherwise: the block has nothing to do and writes nothing (the tile kernel writes that row, or
-/// no row belongs to `i`). One round trip to memory: the five loads are independent (volatile,
-/// issued together, as in [`resolve_block`]).
+/// no row belongs to `i`). One round trip to memory: the four loads are independent (volatile,
+/// issued together, as in [`resolve_block`]). The tile plan is not read: where `cu_q_lens`
+/// decreases somewhere (the plan's fallback) the tile kernel writes every row, this kernel's
+/// after it (it waits for this grid first, `paged_attention_tiled_ws::plan_or_wait`).
 ///
 /// # Safety
-/// The grid's x is at most `max_num_seqs` (at least 1); `ptr.plan` is the call's tile plan.
+/// The grid's x is at most `max_num_seqs` (at least 1).
 #[inline(always)]
 pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
     ptr: &RpaPointers<Q, KV>,
@@ -365,17 +366,14 @@ pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
     let heads = BlockHeads::of(p, heads_per_chunk);
     let i = block_idx_x().min(p.max_num_seqs.saturating_sub(1));
     let load = |at: *const i32| core::ptr::read_volatile(at);
-    let (raw_num_seqs, lo, hi, kv_len, fallback) = (
+    let (raw_num_seqs, lo, hi, kv_len) = (
         load(ptr.num_seqs),
         load(ptr.cu_q_lens.add(i as usize)),
         load(ptr.cu_q_lens.add(i as usize + 1)),
         load(ptr.kv_lens.add(i as usize)),
-        core::ptr::read_volatile(ptr.plan.add(PLAN_FALLBACK_WORD)),
     );
-    let owned = fallback == 0
-        && i == block_idx_x()
-        && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs)
-        && is_apart_decode(lo, hi, p.max_tokens);
+    let owned =
+        i == block_idx_x() && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs) && is_apart_decode(lo, hi, p.max_tokens);
     owned.then(|| block_of_row(ptr, p, heads, lo as u32, (i, lo, hi, kv_len)))
 }
 
@@ -461,6 +459,12 @@ unsafe fn rpa_pipelined_on<
     // before the kernel before this one has finished.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
+    if BY_SEQUENCE && p.decode_apart == 2 && thread_idx_x() == 0 && (block_idx_x() | block_idx_y() | block_idx_z()) == 0
+    {
+        // The warp-specialized tile kernel after this one plans itself from the call's inputs
+        // without waiting for this grid: tell its block 0 that they are written.
+        publish_inputs_ready(ptr.plan as *mut u32, p.launch_tag);
+    }
     // DSPLIT warps share each 16-key group, each accumulating NTILES 8-dim tiles of O (head dims
     // [dim_part * 8 * NTILES, ...)); all compute the group's full S.
     const { assert!(NTILES * 8 * DSPLIT == D && KSTEPS * 16 == D, "tiles cover the head dim") };

@@ -57,8 +57,8 @@ pub const TILE_THREADS: u32 = 128;
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
 /// Words before the items in the plan: item count, fallback flag, tile-item count, the
-/// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan); then, in
-/// the next 128-byte line (apart from those four words, which are written while every block
+/// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan), a mixed
+/// batch's inputs word ([`PLAN_INPUTS_READY_WORD`]); then, in the next 128-byte line (apart from those four words, which are written while every block
 /// polls; the first items share it), that kernel's plan state (an 8-byte word at
 /// [`PLAN_STATE_WORD`]) and count of blocks done ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36
 /// (16-byte aligned).
@@ -76,6 +76,35 @@ pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
 pub(crate) const PLAN_STATE_WORD: usize = 32;
 /// The warp-specialized kernel's count of blocks that are done with the plan.
 pub(crate) const PLAN_BLOCKS_DONE_WORD: usize = 34;
+/// Where a mixed batch's warp-specialized kernel plans itself after the decode kernel
+/// (`RpaParams::decode_apart` 2): an 8-byte word at words 4 and 5 in which the decode kernel's
+/// block (0, 0, 0) says, under the call's tag, that it has passed its grid dependency wait (the
+/// kernels before the call, which write its inputs, have completed), so that the tile kernel's
+/// block 0 may read the metadata and plan without waiting for the decode grid
+/// ([`publish_inputs_ready`], `paged_attention_tiled_ws::plan_or_wait`).
+pub(crate) const PLAN_INPUTS_READY_WORD: usize = 4;
+
+/// The inputs word's value once the decode kernel has published it under `tag`
+/// ([`PLAN_INPUTS_READY_WORD`]); anything else (the workspace's earlier contents, 0 as the tile
+/// kernel's block 0 leaves it) means not yet.
+#[inline(always)]
+pub(crate) const fn inputs_ready_word(tag: u32) -> u64 {
+    crate::attention::launch_tagged_word(tag, 2)
+}
+
+/// Publishes [`PLAN_INPUTS_READY_WORD`] under `tag`: a GPU-scope fence (the writes of the kernels
+/// before, which this thread's grid dependency wait made visible to it, ordered before the word),
+/// then the word. The decode kernel's block (0, 0, 0) calls it, its thread 0 only.
+///
+/// # Safety
+/// One thread, after its grid dependency wait; `plan` holds the plan header and nothing else
+/// writes the word until the tile kernel's block 0 has read it.
+#[inline(always)]
+pub(crate) unsafe fn publish_inputs_ready(plan: *mut u32, tag: u32) {
+    crate::gpu_scope::fence_acq_rel();
+    core::sync::atomic::AtomicU64::from_ptr(plan.add(PLAN_INPUTS_READY_WORD) as *mut u64)
+        .store(inputs_ready_word(tag), core::sync::atomic::Ordering::Relaxed);
+}
 /// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
 pub const PLAN_ITEM_WORDS: u32 = 4;
 /// Rows per zero-fill item.

@@ -68,8 +68,9 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use super::paged_attention_mma::{mask_logits, online_softmax_weights_f32, pack_weights, quad_sum, LogitScale};
 use super::paged_attention_tiled::{
-    keep_o, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, PlanView, TiledPointers,
-    NO_SEQUENCE, PLAN_BLOCKS_DONE_WORD, PLAN_STATE_WORD, PLAN_THREADS, PLAN_WORK_COUNTER_WORD, TILE_M,
+    inputs_ready_word, keep_o, plan_bytes, plan_items, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows, PlanView,
+    TiledPointers, NO_SEQUENCE, PLAN_BLOCKS_DONE_WORD, PLAN_FALLBACK_WORD, PLAN_INPUTS_READY_WORD, PLAN_STATE_WORD,
+    PLAN_THREADS, PLAN_WORK_COUNTER_WORD, TILE_M,
 };
 use super::unroll;
 use crate::gpu_scope;
@@ -924,12 +925,12 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
 
 /// Makes the call's plan and tensor maps ready for this block where they are published under a
 /// tag (a nonzero `RpaParams::launch_tag`): where the kernel plans itself ([`ws_plans_itself`],
-/// persistent blocks), block 0 builds them and every other block waits until they are published;
-/// with a mixed batch's decode rows apart (`RpaParams::decode_apart`), [`rpa_plan_ws`] has built
-/// and publishes them and every block waits. One launch per prefill call instead of a planning
-/// kernel before this one (a launch is ~2.5 µs of the host's time, benchmarks/NOTES.md "v24");
-/// with decode rows apart, a grid that need not wait for the decode kernel between (see
-/// [`rpa_tiled_ws`]).
+/// persistent blocks; `RpaParams::decode_apart` 0 or 2), block 0 builds them and every other
+/// block waits until they are published; with a mixed batch's decode rows apart and one block per
+/// pair (`decode_apart` 1), [`rpa_plan_ws`] has built and publishes them and every block waits.
+/// One launch per prefill call, two per mix, instead of a planning kernel before (a launch is
+/// ~2.5 µs of the host's time, benchmarks/NOTES.md "v24"); with decode rows apart, a grid that
+/// need not wait for the decode kernel between (see [`rpa_tiled_ws`]).
 ///
 /// Block 0's thread 0 stores the three tensor maps (released to the tensor-map proxy), its
 /// threads build the plan ([`plan_items`], with the block's dynamic shared memory, not yet in use,
@@ -942,22 +943,28 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
 /// word at 0 after the grid's last block, for a replay of the launch under the same tag (a
 /// captured CUDA graph).
 ///
-/// The grid dependency: where block 0 builds, every block waits for the kernel before (the plan
-/// reads its inputs, and the other blocks' acquire then orders them too); with decode rows apart
-/// none does here (the decode kernel's rows are not this kernel's), and the published plan,
-/// written after the planning kernel's own wait, orders the inputs. That last step relies on the
-/// earlier kernels' writes having reached L2 (they have completed) and on acquire-release
-/// carrying them from the planning kernel's thread to this grid; PTX promises the wait's
-/// visibility to the waiting grid only, and the bulk (async-proxy) loads of Q and K/V follow a
-/// generic acquire with no `fence.proxy.async.global` (benchmarks/NOTES.md "v25", review). With
-/// decode rows apart the waiters are live: this grid starts only once every decode block has, and
-/// the decode grid only once the planning kernel's one block has, so the publisher is running or
+/// The grid dependency: with no decode rows apart, every block waits for the kernel before (the
+/// plan reads its inputs, and the other blocks' acquire then orders them too). With decode rows
+/// apart none waits here (the decode kernel's rows are not this kernel's): with `decode_apart` 2
+/// block 0's thread 0 first polls the plan header's inputs word until the decode kernel's block
+/// (0, 0, 0) has published it under the tag after its own wait (`publish_inputs_ready`), then
+/// frees it for a replay; with 1 the published plan, written after the planning kernel's own
+/// wait, orders the inputs. That step relies on the earlier kernels' writes having reached L2
+/// (they have completed) and on acquire-release carrying them from the publishing thread to this
+/// grid; PTX promises the wait's visibility to the waiting grid only, and the bulk (async-proxy)
+/// loads of Q and K/V follow a generic acquire with no `fence.proxy.async.global`
+/// (benchmarks/NOTES.md "v25", review). The decode kernel never reads the plan: where it falls
+/// back (a decreasing `cu_q_lens`, every row the plan's), every block waits for the decode grid
+/// before it writes. With decode rows apart the waiters are live: this grid starts only once
+/// every decode block has (block (0, 0, 0), the inputs' publisher, among them), and with 1 the
+/// decode grid only once the planning kernel's one block has, so the publisher is running or
 /// done.
 ///
 /// # Safety
 /// Every thread of the block calls it once, before anything else uses the block's shared memory
-/// or reads the plan or the maps; `p.launch_tag` nonzero; where `p.decode_apart` is 0 every block
-/// of the grid resident together once running, else [`rpa_plan_ws`] launched before with the same
+/// or reads the plan or the maps; `p.launch_tag` nonzero; where `p.decode_apart` is 0 or 2 every
+/// block of the grid resident together once running (with 2 after the decode kernel launched
+/// with the same tag and `decode_apart`), with 1 [`rpa_plan_ws`] launched before with the same
 /// `p`; `ptr.plan` holds [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that
 /// only this grid (and where it publishes, the planning kernel) touches while it runs; `maps` are
 /// the call's K/V, Q and output maps ([`WsMap`]'s order).
@@ -966,13 +973,28 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
     let plan = ptr.plan as *mut u32;
     let state = plan.add(PLAN_STATE_WORD) as *mut u64;
     let ready = plan_ready_word(p.launch_tag);
-    let plans_here = p.decode_apart == 0;
-    if plans_here {
+    // 0: a prefill call; 2: a mix whose decode kernel publishes the inputs word; 1: a mix whose
+    // planning kernel publishes the plan.
+    let plans_here = p.decode_apart != 1;
+    if p.decode_apart == 0 {
         crate::grid_dependency::wait_for_prerequisites();
     }
     if plans_here && block_idx_x() == 0 {
         if thread_idx_x() == 0 {
+            if p.decode_apart != 0 {
+                // The decode kernel's first block has passed its grid dependency wait: the
+                // kernels that write the call's inputs have completed. Then the word is left
+                // free for a replay under the same tag (the next writer, that replay's decode
+                // kernel, waits for this grid's end first).
+                let inputs = plan.add(PLAN_INPUTS_READY_WORD) as *mut u64;
+                while gpu_scope::load_acquire_u64(inputs) != inputs_ready_word(p.launch_tag) {}
+                AtomicU64::from_ptr(inputs).store(0, Ordering::Relaxed);
+            }
             store_maps(plan, p.plan_capacity, maps);
+        }
+        if p.decode_apart != 0 {
+            // The metadata's loads after thread 0's acquire.
+            sync_threads();
         }
         plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, WS_THREADS);
         // The scan's generic writes before the copies (async proxy) into the same shared memory.
@@ -986,6 +1008,11 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
         while gpu_scope::load_acquire_u64(state) != ready {}
     }
     sync_threads();
+    if p.decode_apart != 0 && *plan.add(PLAN_FALLBACK_WORD) != 0 {
+        // A decreasing `cu_q_lens`: the plan's rows are every row, the decode kernel's too, which
+        // wrote them as it found them; write them after it.
+        crate::grid_dependency::wait_for_prerequisites();
+    }
 }
 
 /// Counts the block out of the plan once every thread is done with it (a block barrier first);
@@ -1077,8 +1104,9 @@ unsafe fn rpa_tiled_ws<
     // block has started; it waits for this grid's end before touching what this one does.
     crate::grid_dependency::launch_dependents();
     // A plan published under a tag (a nonzero tag; never at head_dim 256, whose kernels keep no
-    // code for it): built by block 0 (`plan_or_wait`), or with decode rows apart by the planning
-    // kernel, with no wait for the decode kernel between.
+    // code for it): built by block 0 (`plan_or_wait`), or with decode rows apart and one block
+    // per pair by the planning kernel; with decode rows apart, no wait for the decode kernel
+    // between.
     let tagged_plan = ws_plans_itself(D as u32) && p.launch_tag != 0;
     let q_by_tma = ws_q_by_tma(D as u32, p.num_q_heads / p.num_kv_heads.max(1));
     let raw = dynamic_shared_mem::<u8>();
@@ -1277,9 +1305,10 @@ macro_rules! rpa_tile_ws_kernels {
     ($( $name:ident: $q:ty, $d:literal, $keys:literal; )*) => {$(
         /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
         /// per tile item: one launch per call where it plans itself (a nonzero
-        /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]), else after
-        /// [`rpa_plan_ws`] (and the pipelined decode kernel where `params.decode_apart`, beside
-        /// which it runs under a nonzero tag).
+        /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]; after the
+        /// pipelined decode kernel, beside which it runs, with `decode_apart` 2), else after
+        /// [`rpa_plan_ws`] (and the pipelined decode kernel where `params.decode_apart` is 1,
+        /// beside which it runs under a nonzero tag).
         ///
         /// # Safety
         /// Grid `(n, 1)` with n at most `params.plan_capacity * num_kv_heads` (whose triple, and
@@ -1287,12 +1316,12 @@ macro_rules! rpa_tile_ws_kernels {
         /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
         /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
         /// (16-byte aligned) that only this grid writes while it runs (with decode rows apart, the
-        /// planning kernel before it may still be writing it, and the decode kernel reads it):
-        /// written by
-        /// [`rpa_plan_ws`] with the same `params` (the maps unused; with a nonzero
-        /// `params.launch_tag` only where `params.decode_apart`), or of any contents where the
-        /// kernel plans itself (a nonzero tag, `params.decode_apart` 0), with the grid at most one
-        /// block per multiprocessor, `map` describing `kv` (`tiled_ws_supports` on the host),
+        /// planning kernel before it may still be writing it, or the decode kernel its inputs
+        /// word): written by [`rpa_plan_ws`] with the same `params` (the maps unused; with a
+        /// nonzero `params.launch_tag` only where `params.decode_apart` is 1), or of any contents
+        /// where the kernel plans itself (a nonzero tag, `params.decode_apart` 0, or 2 after the
+        /// decode kernel launched with the same tag), with the grid at most one block per
+        /// multiprocessor, `map` describing `kv` (`tiled_ws_supports` on the host),
         /// `q_map` the queries and `o_map` the output (dims x query heads x `max_tokens`, boxes
         /// [`ws_q_box`]) where [`ws_q_by_tma`]. Metadata values may be anything: they never
         /// lead outside the buffers.

@@ -359,9 +359,10 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// over its one-row sequences; without it, the tile kernel takes every row. With `1` the tile
 /// kernel starts after the decode kernel; with `2` ([`DEFAULT_DECODE_APART`]) the
 /// warp-specialized tile kernel (head dims 64 and 128) does not wait for it: it waits for its
-/// plan's state word (`rpa_plan_ws` publishes it under the call's tag) and for the decode kernel
-/// only before its blocks end, so that its blocks take the multiprocessors the decode grid's last
-/// wave leaves (`TiledPlan::overlaps_decode`).
+/// plan's state word (published under the call's tag by its own block 0, which waits for the
+/// decode kernel's word that the inputs are written, or with one block per pair by `rpa_plan_ws`)
+/// and for the decode kernel only before its blocks end, so that its blocks take the
+/// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`).
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 
 /// Default of [`DECODE_APART_ENV_VAR`].
@@ -731,8 +732,8 @@ struct TiledPlan {
     /// the plan (`ws_scratch_bytes`), or alone where it plans itself (`can_plan_itself`).
     warp_specialized: bool,
     /// The warp-specialized kernel can plan itself and store the maps (`ws_plans_itself`: head
-    /// dims 64 and 128; no `decode` kernel between, which reads the plan): one launch, where its
-    /// blocks are persistent (`TiledPlan::plans_itself`).
+    /// dims 64 and 128): one launch, or two after a `decode` kernel, where its blocks are
+    /// persistent (`TiledPlan::plans_itself`).
     can_plan_itself: bool,
     /// The pipelined kernel over the batch's decode sequences, which the plan then leaves out
     /// (`RpaParams::decode_apart`): its splits merge in clusters or not at all (no scratch).
@@ -751,17 +752,29 @@ impl TiledPlan {
     /// Whether the warp-specialized kernel plans itself, with no plan kernel before it: where it
     /// can and its blocks are persistent (`persistent`, `XGK_WS_PERSISTENT` not 0: its blocks
     /// that wait for block 0's plan are then all resident; a grid of one block per pair has more
-    /// than fit, and no order of their start is promised).
-    fn plans_itself(&self, persistent: bool) -> bool {
-        self.can_plan_itself && persistent
+    /// than fit, and no order of their start is promised); after a decode kernel, only where it
+    /// runs beside it ([`TiledPlan::overlaps_decode`]: its block 0 then waits for the decode
+    /// kernel's word that the call's inputs are written, `RpaParams::decode_apart` 2).
+    fn plans_itself(&self, persistent: bool, decode_apart: u32) -> bool {
+        self.can_plan_itself && persistent && (self.decode.is_none() || self.overlaps_decode(decode_apart))
     }
 
     /// Whether the warp-specialized kernel after the decode kernel (decode rows apart) starts
     /// without waiting for it ([`DECODE_APART_ENV_VAR`] 2): at head dims 64 and 128
-    /// (`ws_plans_itself`: the kernels that wait for a published plan), the plan kernel then
-    /// publishing the plan under the call's tag.
-    fn overlaps_decode(&self, spec: &PagedAttention, decode_apart: u32) -> bool {
-        self.warp_specialized && self.decode.is_some() && ws_plans_itself(spec.head_dim) && decode_apart == 2
+    /// (`can_plan_itself`: the kernels that wait for a plan published under a tag), the kernel's
+    /// block 0 or the plan kernel publishing the plan under the call's tag.
+    fn overlaps_decode(&self, decode_apart: u32) -> bool {
+        self.can_plan_itself && self.decode.is_some() && decode_apart == 2
+    }
+
+    /// `RpaParams::decode_apart` of the call's launches: 0 without decode rows apart, 2 where the
+    /// tile kernel plans itself after the decode kernel, 1 where a plan kernel comes first.
+    fn decode_apart_param(&self, persistent: bool, decode_apart: u32) -> u32 {
+        match self.decode {
+            None => 0,
+            Some(_) if self.plans_itself(persistent, decode_apart) => 2,
+            Some(_) => 1,
+        }
     }
 }
 
@@ -1059,7 +1072,7 @@ fn plan_launch(
             threads,
             shared_bytes,
             warp_specialized: ws,
-            can_plan_itself: ws && !apart && ws_plans_itself(spec.head_dim),
+            can_plan_itself: ws && ws_plans_itself(spec.head_dim),
             decode: if apart { Some(plan_apart_decode(module, spec)?) } else { None },
         });
         match limit {
@@ -1511,11 +1524,13 @@ fn direct_params(spec: &PagedAttention, l: &DirectPlan, settings: &LaunchSetting
 }
 
 /// The pipelined kernel over a call's decode sequences ([`plan_apart_decode`]): one block per
-/// (sequence, head chunk, split), after the plan kernel, whose fallback flag it reads.
+/// (sequence, head chunk, split), before the tile kernel. With a nonzero `tag` (the tile kernel
+/// plans itself, `RpaParams::decode_apart` 2) its block (0, 0, 0) publishes the plan header's
+/// inputs word under it once the kernels before the call have completed.
 ///
 /// # Safety
-/// As [`launch_cuda`]; `plan` holds the call's tile plan, written by the plan kernel launched
-/// just before on `stream`; `function` is `l.name`'s handle, allowed `l.shared_bytes`.
+/// As [`launch_cuda`]; `plan` holds the call's plan header (`LaunchPlan::scratch_bytes`);
+/// `function` is `l.name`'s handle, allowed `l.shared_bytes`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch_apart_decode(
     module: &ContextModule,
@@ -1524,11 +1539,13 @@ unsafe fn launch_apart_decode(
     bufs: &DeviceBuffers,
     plan: u64,
     l: DirectPlan,
+    tag: u32,
     function: CUfunction,
     settings: &LaunchSettings,
 ) -> Result<()> {
     let mut params = direct_params(spec, &l, settings);
-    params.decode_apart = 1;
+    params.decode_apart = if tag != 0 { 2 } else { 1 };
+    params.launch_tag = tag;
     // SAFETY: as this function's contract; no partials (the plan merges in clusters or does not
     // split).
     launch_attention(module, stream, bufs, &l, function, spec.max_num_seqs, (0, 0), plan, params, settings)
@@ -1617,10 +1634,11 @@ fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]>
 /// The tiled kernel: [`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan) writes
 /// the work items into `plan` (scratch), then one block per (item, KV head) runs. The
 /// warp-specialized kernel at head dims 64 and 128 with persistent blocks plans in its block 0
-/// instead (one launch: a launch is ~2.5 µs of host time), but where the pipelined decode kernel
-/// runs before it and reads the plan; there, with [`DECODE_APART_ENV_VAR`] 2, the plan kernel
-/// publishes the plan under the call's tag and the tile kernel runs beside the decode kernel
-/// (`TiledPlan::overlaps_decode`).
+/// instead (one launch: a launch is ~2.5 µs of host time). With a mixed batch's decode rows apart
+/// the pipelined decode kernel runs first; with [`DECODE_APART_ENV_VAR`] 2 the tile kernel runs
+/// beside it (`TiledPlan::overlaps_decode`), its plan published under the call's tag: by its
+/// block 0 once the decode kernel's first block says the inputs are written (two launches), or
+/// by the plan kernel before the decode kernel where its blocks are not persistent (three).
 ///
 /// # Safety
 /// As [`launch_cuda`]; `plan` holds `t`'s scratch bytes (`LaunchPlan::scratch_bytes`).
@@ -1638,16 +1656,18 @@ unsafe fn launch_tiled(
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
-    params.decode_apart = t.decode.is_some() as u32;
-    let grid = tile_grid(module, spec, &t, settings.persistent != 0);
+    let persistent = settings.persistent != 0;
+    params.decode_apart = t.decode_apart_param(persistent, settings.decode_apart);
+    let grid = tile_grid(module, spec, &t, persistent);
     if t.warp_specialized {
         params.consumer_schedule = settings.consumer_schedule;
         params.dynamic_pairs = u32::from(settings.persistent == 2);
     }
-    let plans_itself = t.plans_itself(settings.persistent != 0);
-    if plans_itself || t.overlaps_decode(spec, settings.decode_apart) {
-        // Tags the plan's state word in the workspace (`plan_or_wait`; with decode rows apart,
-        // the plan kernel publishes it).
+    let plans_itself = t.plans_itself(persistent, settings.decode_apart);
+    if plans_itself || t.overlaps_decode(settings.decode_apart) {
+        // Tags the plan's state word in the workspace (`plan_or_wait`: published by the kernel's
+        // block 0 or the plan kernel) and, with decode rows apart where the kernel plans itself,
+        // the decode kernel's inputs word.
         params.launch_tag = next_launch_tag();
     }
     // The warp-specialized kernel's K/V, Q and output maps: for its plan kernel, or for itself.
@@ -1673,9 +1693,12 @@ unsafe fn launch_tiled(
         module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
     }
     if let Some(decode) = t.decode {
-        // Before the tile kernel: the decode rows are most of a mixed batch's bytes.
-        // SAFETY: the plan's kernel 2 is `decode.name`; the plan kernel was just enqueued.
-        launch_apart_decode(module, stream, spec, &bufs, plan, decode, resolved.function(2), &settings)?;
+        // Before the tile kernel: the decode rows are most of a mixed batch's bytes. Where the
+        // tile kernel plans itself its block 0 waits for the decode kernel's inputs word, under
+        // the call's tag.
+        let tag = if plans_itself { params.launch_tag } else { 0 };
+        // SAFETY: the plan's kernel 2 is `decode.name`; `plan` holds the call's plan header.
+        launch_apart_decode(module, stream, spec, &bufs, plan, decode, tag, resolved.function(2), &settings)?;
     }
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
