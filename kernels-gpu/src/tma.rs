@@ -74,6 +74,21 @@ pub unsafe fn acquire_map(map: u64) {
     }
 }
 
+/// `fence.proxy.async.global`: this thread's generic-proxy view of global memory (what it has
+/// acquired from other blocks and grids: a plan, the inputs behind it) ordered before its later
+/// bulk copies (the async proxy) from global memory. Where a kernel learns that its inputs are
+/// ready from a flag rather than from its grid dependency wait.
+///
+/// # Safety
+/// sm_90 (the sm_90a image).
+#[inline(always)]
+pub unsafe fn fence_proxy_async_global() {
+    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+    core::arch::asm!("fence.proxy.async.global;", options(nostack));
+    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+    crate::gpu_only!("tma::fence_proxy_async_global")
+}
+
 /// Copies the box at coordinates `(c0, c1, c2)` (innermost first, in elements) of the 3-D tensor
 /// that `map` describes into shared memory at `dst`, in the map's swizzle, and completes its bytes
 /// on the mbarrier at `bar`

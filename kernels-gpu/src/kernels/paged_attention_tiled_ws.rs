@@ -951,9 +951,9 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
 /// frees it for a replay; with 1 the published plan, written after the planning kernel's own
 /// wait, orders the inputs. That step relies on the earlier kernels' writes having reached L2
 /// (they have completed) and on acquire-release carrying them from the publishing thread to this
-/// grid; PTX promises the wait's visibility to the waiting grid only, and the bulk (async-proxy)
-/// loads of Q and K/V follow a generic acquire with no `fence.proxy.async.global`
-/// (benchmarks/NOTES.md "v25", review). The decode kernel never reads the plan: where it falls
+/// grid; PTX promises the wait's visibility to the waiting grid only (benchmarks/NOTES.md "v25",
+/// review). Every thread then fences its generic view of global memory before the bulk
+/// (async-proxy) loads of Q and K/V (`fence.proxy.async.global`). The decode kernel never reads the plan: where it falls
 /// back (a decreasing `cu_q_lens`, every row the plan's), every block waits for the decode grid
 /// before it writes. With decode rows apart the waiters are live: this grid starts only once
 /// every decode block has (block (0, 0, 0), the inputs' publisher, among them), and with 1 the
@@ -1008,6 +1008,9 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
         while gpu_scope::load_acquire_u64(state) != ready {}
     }
     sync_threads();
+    // Q's and K/V's bulk copies (the async proxy) after the acquire above, which no grid
+    // dependency wait backs with decode rows apart.
+    tma::fence_proxy_async_global();
     if p.decode_apart != 0 && *plan.add(PLAN_FALLBACK_WORD) != 0 {
         // A decreasing `cu_q_lens`: the plan's rows are every row, the decode kernel's too, which
         // wrote them as it found them; write them after it.
