@@ -9,8 +9,11 @@
 //! - `host_overhead/ffi_cuda/<case>` and `host_overhead/capi_cuda/<case>` (GPU only): the CUDA
 //!   handler / the C API end to end on a real stream, with XLA's workspace. Timed on the host over
 //!   bursts of 256 calls; the stream is drained between bursts, untimed, and the calls' metadata
-//!   keeps their kernels short (`LIVE_TOKENS`), so the GPU never backs up into the host's timing
-//!   (the kernels themselves are timed by `benches/kernels.rs`).
+//!   keeps their kernels short (`LIVE_TOKENS`), so that the GPU does not back up into the host's
+//!   timing (the kernels themselves are timed by `benches/kernels.rs`).
+//! - `host_overhead/ffi_cuda_behind_memset/<case>` (GPU only): the CUDA handler in bursts of 32
+//!   calls queued behind a 2 GiB memset: the host's cost alone, even for a call whose kernels
+//!   outlast its host work on the GPU.
 //!
 //! `cargo bench --bench host_overhead`.
 
@@ -155,6 +158,34 @@ fn time_bursts(stream: &Arc<CudaStream>, iters: u64, mut call: impl FnMut()) -> 
     total
 }
 
+/// Calls per burst behind a memset ([`time_bursts_behind`]): their host time, at most ~10 µs a
+/// call, stays well inside the memset's.
+const GATED_BURST: u64 = 32;
+/// Bytes the memset before each gated burst writes: 2 GiB, ~0.5 ms of an H100's or H200's copy
+/// bandwidth.
+const GATE_BYTES: usize = 2 << 30;
+
+/// As [`time_bursts`], in bursts of [`GATED_BURST`] calls, each queued behind a 2 GiB memset on
+/// the stream (enqueued untimed): the GPU is busy for the whole burst, so the calls' launches
+/// only queue, and the figure is the host's cost even where one call's kernels take longer on the
+/// GPU than its host work (a mix's two kernels), which ungated bursts would time instead.
+fn time_bursts_behind(stream: &Arc<CudaStream>, gate: &mut CudaSlice<u8>, iters: u64, mut call: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(GATED_BURST);
+        stream.memset_zeros(gate).unwrap();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            call();
+        }
+        total += t0.elapsed();
+        stream.synchronize().unwrap();
+        left -= n;
+    }
+    total
+}
+
 fn cuda_calls(c: &mut Criterion) {
     // SAFETY: probes for the driver library only.
     if !unsafe { sys::is_culib_present() } {
@@ -170,6 +201,7 @@ fn cuda_calls(c: &mut Criterion) {
     let stream = ctx.new_stream().unwrap();
     let mut g = c.benchmark_group("host_overhead");
     g.measurement_time(Duration::from_secs(3));
+    let mut gate: CudaSlice<u8> = stream.alloc_zeros(GATE_BYTES).unwrap();
     for shape in SHAPES {
         let spec = shape.spec();
         let ws_bytes = workspace_bytes_with(&KERNELS, 0, &spec, KernelChoice::Auto).unwrap();
@@ -206,6 +238,14 @@ fn cuda_calls(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("ffi_cuda", shape.name), |b| {
             b.iter_custom(|iters| {
                 time_bursts(&stream, iters, || {
+                    let err = unsafe { take_error(xla_gpu_paged_attention_cuda(frame)) };
+                    assert!(err.is_none(), "{err:?}");
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("ffi_cuda_behind_memset", shape.name), |b| {
+            b.iter_custom(|iters| {
+                time_bursts_behind(&stream, &mut gate, iters, || {
                     let err = unsafe { take_error(xla_gpu_paged_attention_cuda(frame)) };
                     assert!(err.is_none(), "{err:?}");
                 })
