@@ -169,7 +169,12 @@ const GATE_BYTES: usize = 2 << 30;
 /// the stream (enqueued untimed): the GPU is busy for the whole burst, so the calls' launches
 /// only queue, and the figure is the host's cost even where one call's kernels take longer on the
 /// GPU than its host work (a mix's two kernels), which ungated bursts would time instead.
-fn time_bursts_behind(stream: &Arc<CudaStream>, gate: &mut CudaSlice<u8>, iters: u64, mut call: impl FnMut()) -> Duration {
+fn time_bursts_behind(
+    stream: &Arc<CudaStream>,
+    gate: &mut CudaSlice<u8>,
+    iters: u64,
+    mut call: impl FnMut(),
+) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
