@@ -142,44 +142,34 @@ fn ffi_decode_validate(c: &mut Criterion) {
 }
 
 /// Host seconds of `iters` calls, in bursts with the stream drained (untimed) between them.
-fn time_bursts(stream: &Arc<CudaStream>, iters: u64, mut call: impl FnMut()) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        let n = left.min(BURST);
-        let t0 = Instant::now();
-        for _ in 0..n {
-            call();
-        }
-        total += t0.elapsed();
-        stream.synchronize().unwrap();
-        left -= n;
-    }
-    total
+fn time_bursts(stream: &Arc<CudaStream>, iters: u64, call: impl FnMut()) -> Duration {
+    time_bursts_after(stream, iters, BURST, || {}, call)
 }
 
-/// Calls per burst behind a memset ([`time_bursts_behind`]): their host time, at most ~10 µs a
+/// Calls per burst behind a memset (`ffi_cuda_behind_memset`): their host time, at most ~10 µs a
 /// call, stays well inside the memset's.
 const GATED_BURST: u64 = 32;
 /// Bytes the memset before each gated burst writes: 2 GiB, ~0.5 ms of an H100's or H200's copy
 /// bandwidth.
 const GATE_BYTES: usize = 2 << 30;
 
-/// As [`time_bursts`], in bursts of [`GATED_BURST`] calls, each queued behind a 2 GiB memset on
-/// the stream (enqueued untimed): the GPU is busy for the whole burst, so the calls' launches
-/// only queue, and the figure is the host's cost even where one call's kernels take longer on the
-/// GPU than its host work (a mix's two kernels), which ungated bursts would time instead.
-fn time_bursts_behind(
+/// Host time of `iters` calls in bursts of `burst`, each burst after `before` (untimed) and
+/// followed by a drain of the stream (untimed). With `before` a 2 GiB memset on the stream
+/// (`ffi_cuda_behind_memset`) the GPU is busy for the whole burst, so the calls' launches only
+/// queue, and the figure is the host's cost even where one call's kernels would take longer on
+/// the GPU than its host work.
+fn time_bursts_after(
     stream: &Arc<CudaStream>,
-    gate: &mut CudaSlice<u8>,
     iters: u64,
+    burst: u64,
+    mut before: impl FnMut(),
     mut call: impl FnMut(),
 ) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
-        let n = left.min(GATED_BURST);
-        stream.memset_zeros(gate).unwrap();
+        let n = left.min(burst);
+        before();
         let t0 = Instant::now();
         for _ in 0..n {
             call();
@@ -250,7 +240,8 @@ fn cuda_calls(c: &mut Criterion) {
         });
         g.bench_function(BenchmarkId::new("ffi_cuda_behind_memset", shape.name), |b| {
             b.iter_custom(|iters| {
-                time_bursts_behind(&stream, &mut gate, iters, || {
+                let gate_burst = || stream.memset_zeros(&mut gate).unwrap();
+                time_bursts_after(&stream, iters, GATED_BURST, gate_burst, || {
                     let err = unsafe { take_error(xla_gpu_paged_attention_cuda(frame)) };
                     assert!(err.is_none(), "{err:?}");
                 })
