@@ -65,8 +65,9 @@ pub struct RpaParams {
     pub pipe_mode: u32,
     /// A tag of this launch, never 0, for the kernel's words in the workspace, whose contents
     /// before the launch may be anything ([`launch_tagged_word`]); unique per call (a mix's
-    /// planning and tile kernels share one, below) but the same in every replay of a captured
-    /// graph, so each kernel leaves its words reusable under the tag. Nonzero for the pipelined kernel: the splits of each (row, head chunk) merge in the
+    /// launches share one, below) but the same in every replay of a captured graph, so each
+    /// kernel leaves its words reusable under the tag. Nonzero for the pipelined kernel: the
+    /// splits of each (row, head chunk) merge in the
     /// kernel, in whichever of their blocks is counted in last (without clusters): one 8-byte
     /// counter per (row, head chunk), after the partials ([`split_counters_offset`]); 0 there: a
     /// merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan

@@ -65,3 +65,26 @@ pub unsafe fn load_acquire_u64(src: *const u64) -> u64 {
         crate::gpu_only!("gpu_scope::load_acquire_u64")
     }
 }
+
+/// Publishes the 8-byte flag at `dst` with `value` as the module docs' writer does: a GPU-scope
+/// fence (this thread's writes before it, and those a block barrier or a grid dependency wait
+/// ordered before them), then a relaxed atomic store. Read with [`wait_for_u64`].
+///
+/// # Safety
+/// `dst` must be a global address valid for 8 aligned bytes.
+#[inline(always)]
+pub unsafe fn publish_u64(dst: *mut u64, value: u64) {
+    fence_acq_rel();
+    core::sync::atomic::AtomicU64::from_ptr(dst).store(value, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Polls the 8-byte flag at `src` with acquire loads until it holds `value` ([`publish_u64`]'s):
+/// this thread's later loads then see what the publisher's fence ordered before it.
+///
+/// # Safety
+/// `src` must be a global address valid for 8 aligned bytes, and some thread must store `value`
+/// there (or the loop never ends).
+#[inline(always)]
+pub unsafe fn wait_for_u64(src: *const u64, value: u64) {
+    while load_acquire_u64(src) != value {}
+}

@@ -58,10 +58,10 @@ pub const TILE_THREADS: u32 = 128;
 pub const PLAN_THREADS: u32 = 256;
 /// Words before the items in the plan: item count, fallback flag, tile-item count, the
 /// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan), a mixed
-/// batch's inputs word ([`PLAN_INPUTS_READY_WORD`]); then, in the next 128-byte line (apart from those four words, which are written while every block
-/// polls; the first items share it), that kernel's plan state (an 8-byte word at
-/// [`PLAN_STATE_WORD`]) and count of blocks done ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36
-/// (16-byte aligned).
+/// batch's inputs word ([`PLAN_INPUTS_READY_WORD`], words 4 and 5); then, in the next 128-byte
+/// line (apart from those words, which are written while every block polls; the first items share
+/// it), that kernel's plan state (an 8-byte word at [`PLAN_STATE_WORD`]) and count of blocks done
+/// ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36 (16-byte aligned).
 pub const PLAN_HEADER_WORDS: u32 = 36;
 /// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
 /// then single rows ([`PlanView::item`]).
@@ -71,7 +71,7 @@ pub(crate) const PLAN_TILES_WORD: usize = 2;
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
 pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
 /// The warp-specialized kernel's plan state, where its plan is published under a tag (built by its
-/// block 0, or with decode rows apart by `rpa_plan_ws`): an 8-byte word at words 32
+/// block 0, or with decode rows apart and one block per pair by `rpa_plan_ws`): an 8-byte word at words 32
 /// and 33 (byte 128 of the plan, which is 16-byte aligned; `paged_attention_tiled_ws::plan_or_wait`).
 pub(crate) const PLAN_STATE_WORD: usize = 32;
 /// The warp-specialized kernel's count of blocks that are done with the plan.
@@ -101,9 +101,7 @@ pub(crate) const fn inputs_ready_word(tag: u32) -> u64 {
 /// writes the word until the tile kernel's block 0 has read it.
 #[inline(always)]
 pub(crate) unsafe fn publish_inputs_ready(plan: *mut u32, tag: u32) {
-    crate::gpu_scope::fence_acq_rel();
-    core::sync::atomic::AtomicU64::from_ptr(plan.add(PLAN_INPUTS_READY_WORD) as *mut u64)
-        .store(inputs_ready_word(tag), core::sync::atomic::Ordering::Relaxed);
+    crate::gpu_scope::publish_u64(plan.add(PLAN_INPUTS_READY_WORD) as *mut u64, inputs_ready_word(tag));
 }
 /// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
 pub const PLAN_ITEM_WORDS: u32 = 4;

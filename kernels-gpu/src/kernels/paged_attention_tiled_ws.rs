@@ -5,12 +5,13 @@
 //! [`ws_tile_rows`] query rows per tile item: 128 M rows). At head dims 64 and 128 a call is one
 //! launch where the blocks are persistent ([`ws_plans_itself`]): block 0 builds the plan in the
 //! workspace and stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after it
-//! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]). Otherwise (head_dim
-//! 256, one block per pair, a call whose decode sequences run apart: the pipelined decode kernel
-//! between reads the plan's fallback flag) [`rpa_plan_ws`] plans and stores the maps first; with
-//! decode sequences apart at head dims 64 and 128 (and `XGK_RPA_DECODE_APART=2`, the default) it
-//! publishes them under the call's tag, and this kernel's blocks wait for that rather than for the
-//! decode kernel, which they run beside.
+//! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]); a call whose
+//! decode sequences run apart is two launches, the pipelined decode kernel first, this kernel's
+//! block 0 planning once the decode kernel's first block says the inputs are written. Otherwise
+//! (head_dim 256, one block per pair) [`rpa_plan_ws`] plans and stores the maps first; with decode
+//! sequences apart at head dims 64 and 128 it publishes them under the call's tag. With decode
+//! sequences apart (and `XGK_RPA_DECODE_APART=2`, the default) this kernel's blocks wait for the
+//! published plan rather than for the decode kernel, which they run beside.
 //! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
 //! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
@@ -153,8 +154,9 @@ pub const fn ws_tile_rows(group: u32) -> u32 {
 
 /// Whether the kernel can build its own plan at a head dim, or wait for one published under a tag
 /// ([`plan_or_wait`]): the host then passes a nonzero `RpaParams::launch_tag` and launches no
-/// [`rpa_plan_ws`] before it, where its blocks are persistent and no decode kernel between reads
-/// the plan; or, with decode rows apart, launches [`rpa_plan_ws`] with the tag. Not at 256: the
+/// [`rpa_plan_ws`] before it, where its blocks are persistent (after the decode kernel with decode
+/// rows apart); or, with decode rows apart and one block per pair, launches [`rpa_plan_ws`] with
+/// the tag. Not at 256: the
 /// protocol's code before the roles made ptxas spill ~4x more of the producer's 24 registers there
 /// (benchmarks/NOTES.md "v24"), so those kernels have none.
 pub const fn ws_plans_itself(head_dim: u32) -> bool {
@@ -919,8 +921,7 @@ const fn plan_ready_word(tag: u32) -> u64 {
 #[inline(always)]
 unsafe fn publish_plan(plan: *mut u32, tag: u32) {
     *plan.add(PLAN_BLOCKS_DONE_WORD) = 0;
-    gpu_scope::fence_acq_rel();
-    AtomicU64::from_ptr(plan.add(PLAN_STATE_WORD) as *mut u64).store(plan_ready_word(tag), Ordering::Relaxed);
+    gpu_scope::publish_u64(plan.add(PLAN_STATE_WORD) as *mut u64, plan_ready_word(tag));
 }
 
 /// Makes the call's plan and tensor maps ready for this block where they are published under a
@@ -953,9 +954,9 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
 /// (they have completed) and on acquire-release carrying them from the publishing thread to this
 /// grid; PTX promises the wait's visibility to the waiting grid only (benchmarks/NOTES.md "v25",
 /// review). Every thread then fences its generic view of global memory before the bulk
-/// (async-proxy) loads of Q and K/V (`fence.proxy.async.global`). The decode kernel never reads the plan: where it falls
-/// back (a decreasing `cu_q_lens`, every row the plan's), every block waits for the decode grid
-/// before it writes. With decode rows apart the waiters are live: this grid starts only once
+/// (async-proxy) loads of Q and K/V (`fence.proxy.async.global`). The decode kernel never reads
+/// the plan: where it falls back (a decreasing `cu_q_lens`, every row the plan's), every block
+/// waits for the decode grid before it writes. With decode rows apart the waiters are live: this grid starts only once
 /// every decode block has (block (0, 0, 0), the inputs' publisher, among them), and with 1 the
 /// decode grid only once the planning kernel's one block has, so the publisher is running or
 /// done.
@@ -987,7 +988,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
                 // free for a replay under the same tag (the next writer, that replay's decode
                 // kernel, waits for this grid's end first).
                 let inputs = plan.add(PLAN_INPUTS_READY_WORD) as *mut u64;
-                while gpu_scope::load_acquire_u64(inputs) != inputs_ready_word(p.launch_tag) {}
+                gpu_scope::wait_for_u64(inputs, inputs_ready_word(p.launch_tag));
                 AtomicU64::from_ptr(inputs).store(0, Ordering::Relaxed);
             }
             store_maps(plan, p.plan_capacity, maps);
@@ -1005,7 +1006,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
             publish_plan(plan, p.launch_tag);
         }
     } else if thread_idx_x() == 0 {
-        while gpu_scope::load_acquire_u64(state) != ready {}
+        gpu_scope::wait_for_u64(state, ready);
     }
     sync_threads();
     // Q's and K/V's bulk copies (the async proxy) after the acquire above, which no grid
@@ -1266,7 +1267,8 @@ unsafe fn rpa_tiled_ws<
 /// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
 /// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]):
 /// launched before it where the kernel does not plan itself (see [`ws_plans_itself`]). A nonzero
-/// `params.launch_tag` (decode rows apart) publishes the plan under it ([`plan_or_wait`]).
+/// `params.launch_tag` (decode rows apart, one block per pair) publishes the plan under it
+/// ([`plan_or_wait`]).
 ///
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte

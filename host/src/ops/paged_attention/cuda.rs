@@ -766,16 +766,6 @@ impl TiledPlan {
     fn overlaps_decode(&self, decode_apart: u32) -> bool {
         self.can_plan_itself && self.decode.is_some() && decode_apart == 2
     }
-
-    /// `RpaParams::decode_apart` of the call's launches: 0 without decode rows apart, 2 where the
-    /// tile kernel plans itself after the decode kernel, 1 where a plan kernel comes first.
-    fn decode_apart_param(&self, persistent: bool, decode_apart: u32) -> u32 {
-        match self.decode {
-            None => 0,
-            Some(_) if self.plans_itself(persistent, decode_apart) => 2,
-            Some(_) => 1,
-        }
-    }
 }
 
 /// [`LaunchPlan::Direct`]: the attention kernel, its block, and the key splits.
@@ -1657,13 +1647,19 @@ unsafe fn launch_tiled(
     params.tile_rows = t.rows;
     params.plan_capacity = t.capacity as u32;
     let persistent = settings.persistent != 0;
-    params.decode_apart = t.decode_apart_param(persistent, settings.decode_apart);
     let grid = tile_grid(module, spec, &t, persistent);
     if t.warp_specialized {
         params.consumer_schedule = settings.consumer_schedule;
         params.dynamic_pairs = u32::from(settings.persistent == 2);
     }
     let plans_itself = t.plans_itself(persistent, settings.decode_apart);
+    // With decode rows apart: 2 where the tile kernel plans itself after the decode kernel, 1
+    // where a plan kernel comes first.
+    params.decode_apart = match t.decode {
+        None => 0,
+        Some(_) if plans_itself => 2,
+        Some(_) => 1,
+    };
     if plans_itself || t.overlaps_decode(settings.decode_apart) {
         // Tags the plan's state word in the workspace (`plan_or_wait`: published by the kernel's
         // block 0 or the plan kernel) and, with decode rows apart where the kernel plans itself,
