@@ -68,9 +68,9 @@ pub struct RpaParams {
     /// launches share one, below) but the same in every replay of a captured graph, so each
     /// kernel leaves its words reusable under the tag. Nonzero for the pipelined kernel: the
     /// splits of each (row, head chunk) merge in the
-    /// kernel, in whichever of their blocks is counted in last (without clusters): one 8-byte
-    /// counter per (row, head chunk), after the partials ([`split_counters_offset`]); 0 there: a
-    /// merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan
+    /// kernel (without clusters), in whichever of their blocks is counted in last, or with
+    /// `merge_blocks` in the grid's merge blocks: one 8-byte counter per (row, head chunk), after
+    /// the partials ([`split_counters_offset`]); 0 there: a merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan
     /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`); with a mixed batch's
     /// decode rows apart, the decode kernel publishes the plan header's inputs word under the
     /// tile kernel's tag (`decode_apart` 2), or the planning kernel `rpa_plan_ws` the plan
@@ -90,6 +90,12 @@ pub struct RpaParams {
     /// word under `launch_tag` (two launches); 1: a planning kernel comes first (three). Set on
     /// every launch of such a call; 0 for every other.
     pub decode_apart: u32,
+    /// Nonzero (the pipelined kernel on a grid of rows, its partials in the workspace, a nonzero
+    /// `launch_tag`): grid z holds `merge_blocks` slices after the `num_splits` split slices, and
+    /// block (row, head chunk, `num_splits + j`) merges the chunk's query head `j` once every
+    /// split of the chunk has counted in at its counter: a split call in one launch, merged on
+    /// as many blocks as a merge kernel's grid. 0 for the other kernels and plans.
+    pub merge_blocks: u32,
     pub sm_scale: f32,
     /// 0 = no soft cap.
     pub soft_cap: f32,

@@ -352,6 +352,7 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         stride,
         cluster_area: core::ptr::null_mut(),
         last_block_merge_bytes: 0,
+        counts_for_merge_blocks: false,
     };
     merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
 }
@@ -373,6 +374,10 @@ pub(crate) struct WarpStates {
     /// splits in the block counted in last, as the host may ask (`RpaParams::launch_tag`); 0, a
     /// constant, compiles that merge out (the host asks only the pipelined kernel).
     pub last_block_merge_bytes: usize,
+    /// Whether the kernel's split blocks count in for the grid's merge blocks, as the host may
+    /// ask (`RpaParams::merge_blocks`); false, a constant, compiles the count out (the host asks
+    /// only the pipelined kernel on a grid of rows).
+    pub counts_for_merge_blocks: bool,
 }
 
 /// Final step of the attention kernels: merge the warps' states (softmax-weighted) and write the
@@ -386,13 +391,16 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     states: WarpStates,
     threads: usize,
 ) {
-    let WarpStates { smem, warps, rows, stride, cluster_area, last_block_merge_bytes } = states;
+    let WarpStates { smem, warps, rows, stride, cluster_area, last_block_merge_bytes, counts_for_merge_blocks } = states;
     let d = p.head_dim as usize;
     // The host sets `cluster_splits` only for the kernel that passes a cluster area (a null area
     // is a constant of the others: the cluster code is compiled out of them).
     let in_cluster = p.num_splits > 1 && p.cluster_splits != 0 && !cluster_area.is_null();
-    let last_block_merge = last_block_merge_bytes > 0 && !in_cluster && p.num_splits > 1 && p.launch_tag != 0;
-    let counter_seen = if last_block_merge { preload_split_counter(ptr, p, blk) } else { 0 };
+    let in_workspace = !in_cluster && p.num_splits > 1 && p.launch_tag != 0;
+    let merged_by_blocks = counts_for_merge_blocks && in_workspace && p.merge_blocks != 0;
+    let last_block_merge = last_block_merge_bytes > 0 && in_workspace && p.merge_blocks == 0;
+    let counter_seen =
+        if last_block_merge || merged_by_blocks { preload_split_counter(ptr, p, blk.t, block_idx_y()) } else { 0 };
     let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;
     while idx < total {
@@ -441,6 +449,13 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
         merge_cluster_splits(ptr, p, blk, cluster_area, threads);
     } else if last_block_merge {
         merge_in_last_block(ptr, p, blk, counter_seen, smem as *mut f32, last_block_merge_bytes, threads);
+    } else if merged_by_blocks {
+        // Every thread's partial stores before thread 0 counts the block in.
+        sync_threads();
+        if thread_idx_x() == 0 {
+            gpu_scope::fence_acq_rel();
+            count_split_in(split_counter(ptr, p, blk.t, block_idx_y()), counter_seen, p.launch_tag);
+        }
     }
 }
 
@@ -553,26 +568,38 @@ unsafe fn merge_cluster_splits<Q: Element, KV>(
 
 /// The (row, query head) a merge block merges: its row of the output and of every split's
 /// partials, the partial rows per split, and the head size.
+#[derive(Clone, Copy)]
 struct MergeRow {
     row: usize,
     rows_per_split: usize,
     d: usize,
 }
 
-/// Starts a merge block: waits for the split kernel (launched programmatically after it, its
-/// partials are complete and visible only after the wait) and locates the block's row (grid
-/// `(max_tokens, num_q_heads)`).
+impl MergeRow {
+    /// Row `t`, query head `h`.
+    #[inline(always)]
+    fn of(p: &RpaParams, t: usize, h: usize) -> Self {
+        let nq = p.num_q_heads as usize;
+        MergeRow { row: t * nq + h, rows_per_split: p.max_tokens as usize * nq, d: p.head_dim as usize }
+    }
+}
+
+/// Starts a merge kernel's block: waits for the split kernel (launched programmatically after
+/// it, its partials are complete and visible only after the wait) and locates the block's row
+/// (grid `(max_tokens, num_q_heads)`).
 #[inline(always)]
 unsafe fn merge_row(p: &RpaParams) -> MergeRow {
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
-    let nq = p.num_q_heads as usize;
-    MergeRow {
-        row: block_idx_x() as usize * nq + block_idx_y() as usize,
-        rows_per_split: p.max_tokens as usize * nq,
-        d: p.head_dim as usize,
-    }
+    MergeRow::of(p, block_idx_x() as usize, block_idx_y() as usize)
 }
+
+/// Most splits the loop merge takes (the merge kernel the host picks, and a merge block's
+/// arithmetic); the group merge above. On an H200 the loop kernel ran the cells of 8 to 16
+/// splits 0.4-0.6 µs faster than the group kernel (4 x 512 10.2 against 10.8 µs), and the cells
+/// of 32 and 47 splits 1.5-1.8 µs slower (1 x 8k 15.4 against 13.9, 1 x 32k 42.3 against 40.7;
+/// benchmarks/NOTES.md "v14").
+pub const LOOP_MERGE_MAX_SPLITS: u32 = 16;
 
 /// Output elements of a partial row one merge thread reads at once (16-byte loads; every
 /// supported head_dim is a multiple of 16, so rows of the partials stay 16-byte aligned).
@@ -681,68 +708,137 @@ pub const fn last_block_merge_round(shared_bytes: u32, heads: u32, splits: u32, 
     }
 }
 
-/// Counts this block in at its (row, head chunk)'s split counter and returns whether it is the
-/// last of the `splits` blocks (counted in the low 16 bits of a [`launch_tagged_word`]: splits
-/// are a grid dimension, at most 65535). The last one leaves the word at a count of 0 under the tag, for
-/// a launch that reuses the tag (a replayed CUDA graph): a word of another tag, or of none, is
-/// taken as 0 by the first block to count.
+/// Counts this block in at its (row, head chunk)'s split counter and returns the count with it
+/// (counted in the low 16 bits of a [`launch_tagged_word`]: a grid's blocks of one chunk, at most
+/// 65535). A word of another tag, or of none, is taken as 0 by the first block to count; whoever
+/// counts last leaves the word at a count of 0 under the tag, for a launch that reuses the tag (a
+/// replayed CUDA graph): the last split block with the last-block merge, the last merge block
+/// with merge blocks ([`merge_block`]).
 ///
 /// One atomic add where the word carries the tag already (every block but the first ones): the
 /// splits of a chunk finish nearly together, and a compare-and-swap loop for every block
 /// serialized them, a failed attempt and an L2 round trip each (1 x 8k, 32 splits: 11 µs,
 /// benchmarks/NOTES.md "v15"). Only a block that reads a word without the tag swaps the tagged
 /// count of 1 in; if another block's swap came first, it adds instead. Adds never carry out of
-/// the count (at most `splits` of them). `seen`: the word as this block read it, at any time
-/// before (a stale read is harmless: a tag, once in, stays; a swap from a stale value fails).
+/// the count (at most the chunk's blocks of them). `seen`: the word as this block read it, at any
+/// time before (a stale read is harmless: a tag, once in, stays; a swap from a stale value fails).
 ///
 /// # Safety
 /// `counter` is an 8-byte aligned global word that only this grid's blocks of that (row, head
 /// chunk) touch while it runs.
 #[inline(always)]
-unsafe fn count_split_in(counter: *mut u64, seen: u64, tag: u32, splits: u32) -> bool {
+unsafe fn count_split_in(counter: *mut u64, seen: u64, tag: u32) -> u64 {
     use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    const COUNT: u64 = 0xffff;
     let counter = AtomicU64::from_ptr(counter);
     let zero = launch_tagged_word(tag, 0);
-    let tagged = |word: u64| word & !COUNT == zero;
-    let count = if !tagged(seen) {
+    if !is_tagged(seen, tag) {
         match counter.compare_exchange(seen, zero + 1, Relaxed, Relaxed) {
-            Ok(_) => 1,
+            Ok(_) => return 1,
             // Another block's swap (or add) came first: the word carries the tag now.
-            Err(_) => (counter.fetch_add(1, Relaxed) & COUNT) + 1,
+            Err(_) => {}
         }
-    } else {
-        (counter.fetch_add(1, Relaxed) & COUNT) + 1
-    };
-    let last = count == splits as u64;
-    if last {
-        counter.store(zero, Relaxed);
     }
-    last
+    (counter.fetch_add(1, Relaxed) & SPLIT_COUNT) + 1
 }
 
-/// This block's (row, head chunk) counter of the last-block merge.
+/// The count bits of a split counter ([`count_split_in`]).
+const SPLIT_COUNT: u64 = 0xffff;
+
+/// Whether a split counter's `word` carries `tag` ([`launch_tagged_word`]).
+#[inline(always)]
+fn is_tagged(word: u64, tag: u32) -> bool {
+    word & !SPLIT_COUNT == launch_tagged_word(tag, 0)
+}
+
+/// Leaves a split counter at a count of 0 under `tag`, for the next launch that reuses the tag.
+///
+/// # Safety
+/// As [`count_split_in`]; its last count.
+#[inline(always)]
+unsafe fn reset_split_counter(counter: *mut u64, tag: u32) {
+    core::sync::atomic::AtomicU64::from_ptr(counter).store(launch_tagged_word(tag, 0), core::sync::atomic::Ordering::Relaxed);
+}
+
+/// The split counter of row `t`'s head chunk `chunk` (grid y): the last-block merge's, or the
+/// merge blocks'.
 ///
 /// # Safety
 /// The workspace holds the counters after the log-sum-exps ([`split_counters_offset`]).
 #[inline(always)]
-unsafe fn split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, blk: &Block) -> *mut u64 {
+unsafe fn split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, t: u32, chunk: u32) -> *mut u64 {
     let lse_count = p.num_splits as usize * p.max_tokens as usize * p.num_q_heads as usize;
     let counters = ptr.part_lse.add(split_counters_offset(lse_count)) as *mut u64;
-    counters.add(blk.t as usize * grid_dim_y() as usize + block_idx_y() as usize)
+    counters.add(t as usize * grid_dim_y() as usize + chunk as usize)
 }
 
-/// Reads this block's split counter ahead of [`merge_in_last_block`] (thread 0; 0 elsewhere), so
-/// that the read's round trip overlaps the partial's stores.
+/// Reads a split counter ahead of the block's count (thread 0; 0 elsewhere), so that the read's
+/// round trip overlaps the partial's stores.
 ///
 /// # Safety
 /// As [`split_counter`].
 #[inline(always)]
-unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, blk: &Block) -> u64 {
+unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, t: u32, chunk: u32) -> u64 {
     if thread_idx_x() == 0 {
-        core::sync::atomic::AtomicU64::from_ptr(split_counter(ptr, p, blk)).load(core::sync::atomic::Ordering::Relaxed)
+        core::sync::atomic::AtomicU64::from_ptr(split_counter(ptr, p, t, chunk))
+            .load(core::sync::atomic::Ordering::Relaxed)
     } else {
         0
+    }
+}
+
+/// A merge block of the pipelined kernel's grid (`RpaParams::merge_blocks`): block (row `t`,
+/// head chunk, `num_splits + j`) merges the partials of the chunk's query head `j` (if the chunk
+/// has it) into the output, as a merge kernel's block does, once the chunk's split blocks have
+/// all counted in ([`count_split_in`]). A split call is then one launch, and its merge is spread
+/// over a block per (row, query head) as the merge kernel's, where the last-block merge had one
+/// per chunk (benchmarks/NOTES.md "v15", "v27").
+///
+/// Thread 0 polls the chunk's counter (relaxed loads, which never return a line an SM's L1 kept)
+/// until it carries the tag and every split's count, then fences (acquire: the partials, stored
+/// before each split's count, are seen after it); after the merge it counts the merge block in on
+/// top, and the last of the `merge_blocks` counts leaves the word at 0 under the tag. Every block
+/// of a chunk counts in, with or without a head to merge.
+///
+/// No deadlock: blocks are dispatched in grid order (the merge slices last), so every split
+/// block has its multiprocessor before a merge block waits for it.
+///
+/// # Safety
+/// Every thread of a block whose z index is at least `num_splits` calls it, after the grid
+/// dependency wait; the workspace holds the partials and the counters after the log-sum-exps
+/// ([`split_counters_offset`]); the dynamic shared memory holds [`rpa_combine_shared_bytes`].
+#[inline(always)]
+pub(crate) unsafe fn merge_block<Q: Element, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) {
+    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let (t, chunk, splits) = (block_idx_x(), block_idx_y(), p.num_splits);
+    let counter = split_counter(ptr, p, t, chunk);
+    if thread_idx_x() == 0 {
+        let word = AtomicU64::from_ptr(counter);
+        loop {
+            let w = word.load(Relaxed);
+            if is_tagged(w, p.launch_tag) && w & SPLIT_COUNT >= splits as u64 {
+                break;
+            }
+        }
+        gpu_scope::fence_acq_rel();
+    }
+    sync_threads();
+    let heads = BlockHeads::of(p, heads_per_chunk);
+    let j = (block_idx_z() - splits) as usize;
+    if j < heads.hc {
+        let at = MergeRow::of(p, t as usize, heads.h0 as usize + j);
+        if splits <= LOOP_MERGE_MAX_SPLITS {
+            merge_loop(ptr.part_o, ptr.part_lse, ptr.out, splits, &at);
+        } else {
+            merge_groups(ptr.part_o, ptr.part_lse, ptr.out, splits, &at);
+        }
+    }
+    // Counted in after the merge, off its path (the count's round trip took 0.4-0.7 µs on the
+    // single-row cells, v27.1): the word is free for the next launch once every merge block has
+    // passed its wait.
+    if thread_idx_x() == 0
+        && count_split_in(counter, launch_tagged_word(p.launch_tag, 0), p.launch_tag) == (splits + p.merge_blocks) as u64
+    {
+        reset_split_counter(counter, p.launch_tag);
     }
 }
 
@@ -784,8 +880,10 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
     sync_threads();
     if thread_idx_x() == 0 {
         gpu_scope::fence_acq_rel();
-        let last = count_split_in(split_counter(ptr, p, blk), counter_seen, p.launch_tag, p.num_splits);
+        let counter = split_counter(ptr, p, blk.t, block_idx_y());
+        let last = count_split_in(counter, counter_seen, p.launch_tag) == p.num_splits as u64;
         if last {
+            reset_split_counter(counter, p.launch_tag);
             // The other blocks' partials, published before their counts, are read after this.
             gpu_scope::fence_acq_rel();
         }
@@ -913,9 +1011,20 @@ unsafe fn merge_in_last_block<Q: Element, KV>(
 /// shared-memory carveout was measured not to be why).
 #[inline(always)]
 unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
-    let at = merge_row(&p);
+    merge_groups(part_o, part_lse, out, p.num_splits, &merge_row(&p))
+}
+
+/// [`rpa_combine_groups`]'s merge of row `at` (a merge kernel's block, or a merge block of the
+/// pipelined kernel).
+///
+/// # Safety
+/// `splits` partials and log-sum-exps of `at`'s shape, the partials 16-byte aligned; `out` shaped
+/// like q; [`rpa_combine_shared_bytes`] of dynamic shared memory; every thread of a 128-thread
+/// block calls it.
+#[inline(always)]
+unsafe fn merge_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, splits: u32, at: &MergeRow) {
     let (row, d) = (at.row, at.d);
-    let splits = p.num_splits as usize;
+    let splits = splits as usize;
     let tid = thread_idx_x() as usize;
     let lanes = d / MERGE_VECTOR;
     let groups = (RPA_THREADS as usize / lanes).min(MAX_MERGE_GROUPS);
@@ -925,7 +1034,7 @@ unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f3
 
     if group < groups {
         let mut c = ColumnMerge::EMPTY;
-        c.add_splits::<MERGE_LOADS_IN_FLIGHT>(part_o, part_lse, &at, part, (group, groups, splits));
+        c.add_splits::<MERGE_LOADS_IN_FLIGHT>(part_o, part_lse, at, part, (group, groups, splits));
         if part == 0 {
             *states.add(2 * group) = c.m;
             *states.add(2 * group + 1) = c.wsum;
@@ -962,16 +1071,27 @@ unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f3
 /// [`rpa_combine_groups`] above.
 #[inline(always)]
 unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
-    let MergeRow { row, rows_per_split, d } = merge_row(&p);
+    merge_loop(part_o, part_lse, out, p.num_splits, &merge_row(&p))
+}
+
+/// [`rpa_combine`]'s merge of row `at` (a merge kernel's block, or a merge block of the
+/// pipelined kernel).
+///
+/// # Safety
+/// `splits` partials and log-sum-exps of `at`'s shape; `out` shaped like q; every thread of a
+/// 128-thread block calls it.
+#[inline(always)]
+unsafe fn merge_loop<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, splits: u32, at: &MergeRow) {
+    let MergeRow { row, rows_per_split, d } = *at;
     let mut m_all = f32::NEG_INFINITY;
-    for s in 0..p.num_splits as usize {
+    for s in 0..splits as usize {
         m_all = max_f32(m_all, *part_lse.add(s * rows_per_split + row));
     }
     let mut dim = thread_idx_x() as usize;
     while dim < d {
         let mut merge = SplitMerge::new(m_all);
         if merge.any() {
-            for s in 0..p.num_splits as usize {
+            for s in 0..splits as usize {
                 let lse = *part_lse.add(s * rows_per_split + row);
                 // A split that saw no key may have left its partial unwritten: read only those
                 // that weigh.

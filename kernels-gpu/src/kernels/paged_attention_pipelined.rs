@@ -44,8 +44,8 @@ use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
 use super::paged_attention::{
-    attention_kernels, block_of_row, block_split, merge_warps_and_store, resolve_block, Block, BlockHeads, RpaPointers,
-    WarpStates,
+    attention_kernels, block_of_row, block_split, merge_block, merge_warps_and_store, resolve_block, Block, BlockHeads,
+    RpaPointers, WarpStates,
 };
 use super::paged_attention_key_rows::{
     key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
@@ -459,6 +459,11 @@ unsafe fn rpa_pipelined_on<
     // before the kernel before this one has finished.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
+    if !BY_SEQUENCE && p.merge_blocks != 0 && block_idx_z() >= p.num_splits {
+        // The grid's last slices merge the splits (one launch, no merge kernel).
+        merge_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
+        return;
+    }
     if BY_SEQUENCE && p.decode_apart == 2 && thread_idx_x() == 0 && (block_idx_x() | block_idx_y() | block_idx_z()) == 0
     {
         // The warp-specialized tile kernel after this one plans itself from the call's inputs
@@ -840,6 +845,7 @@ unsafe fn rpa_pipelined_on<
         } else {
             0
         },
+        counts_for_merge_blocks: !BY_SEQUENCE,
     };
     merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
 }

@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use kernels_gpu::attention::RpaParams;
 use kernels_gpu::kernels::paged_attention::{
-    last_block_merge_round, rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, MAX_CLUSTER_SPLITS,
-    RPA_THREADS, RPA_WARPS,
+    last_block_merge_round, rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, LOOP_MERGE_MAX_SPLITS,
+    MAX_CLUSTER_SPLITS, RPA_THREADS, RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS;
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
@@ -342,7 +342,8 @@ pub fn default_pipe_mode(
 /// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
 /// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel, by the block of a
 /// (row, head chunk) counted in last (the other kernels, and the sm_80 image, then take the
-/// default's merge kernel).
+/// default's merge kernel); `4` in the pipelined kernel's merge blocks, slices of its grid after
+/// the splits (`RpaParams::merge_blocks`; the other kernels take the default's merge kernel).
 /// Tests run every mode. Mode 3 makes a split call one launch (host cost on an H200 4.56 against
 /// 7.21 µs), but its merge takes longer on the device: 0.3-2.8 µs on the 16-bit split cells,
 /// 4 µs on fp8 1 x 32k (benchmarks/NOTES.md "v15"), so the default keeps the merge kernels.
@@ -393,12 +394,6 @@ fn key_rows_taken(spec: &PagedAttention) -> Result<bool> {
     let fp8 = spec.kv_dtype.size_bytes() == Some(1);
     Ok(key_rows_applies(spec) && settings()?.key_rows > fp8 as u32)
 }
-
-/// Most splits the loop merge kernel takes by default: on an H200 it ran the cells of 8 to 16
-/// splits 0.4-0.6 µs faster than the group kernel (4 x 512 10.2 against 10.8 µs), and the cells
-/// of 32 and 47 splits 1.5-1.8 µs slower (1 x 8k 15.4 against 13.9, 1 x 32k 42.3 against
-/// 40.7; benchmarks/NOTES.md "v14").
-pub const LOOP_MERGE_MAX_SPLITS: u32 = 16;
 
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -473,7 +468,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
-        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
+        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=4)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
         decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
@@ -784,6 +779,9 @@ struct DirectPlan {
     cluster: bool,
     /// How partials in the workspace merge (with splits, outside a cluster).
     merge: PartialsMerge,
+    /// Slices of merge blocks after the splits in grid z (`RpaParams::merge_blocks`; 0 unless
+    /// `merge` is [`PartialsMerge::Blocks`] with partials in the workspace).
+    merge_blocks: u32,
     /// `RpaParams::pipe_mode` of the pipelined kernel (0 for the others).
     pipe_mode: u32,
 }
@@ -810,7 +808,7 @@ impl DirectPlan {
                 "rpa_combine_groups_bf16",
                 rpa_combine_shared_bytes(),
             ),
-            PartialsMerge::LastBlock => return None,
+            PartialsMerge::LastBlock | PartialsMerge::Blocks => return None,
         };
         let name = match spec.q_dtype {
             DType::F32 => f32_name,
@@ -831,6 +829,9 @@ enum PartialsMerge {
     /// In the pipelined kernel, by the block of a (row, head chunk) counted in last
     /// (`RpaParams::launch_tag`): one launch; counters after the partials in the workspace.
     LastBlock,
+    /// In the pipelined kernel's merge blocks, a block per (row, query head) after the splits in
+    /// its grid (`RpaParams::merge_blocks`): one launch; the same counters.
+    Blocks,
 }
 
 impl PartialsMerge {
@@ -845,13 +846,15 @@ impl PartialsMerge {
     }
 
     /// The merge for `mode` ([`MERGE_MODE_ENV_VAR`]) and `splits` splits; `last_block`: whether
-    /// the kernel can merge them itself (the pipelined kernel, whose shared memory then stages at
-    /// least one split per round: `last_block_merge_round`).
-    fn for_mode(mode: u32, splits: u32, last_block: bool) -> Self {
+    /// the kernel can merge them in its last block (the pipelined kernel on the sm_90 image, whose
+    /// shared memory then stages at least one split per round: `last_block_merge_round`);
+    /// `blocks`: whether its grid can hold merge blocks (the pipelined kernel).
+    fn for_mode(mode: u32, splits: u32, last_block: bool, blocks: bool) -> Self {
         match mode {
             1 => PartialsMerge::LoopKernel,
             2 => PartialsMerge::GroupKernel,
             3 if last_block => PartialsMerge::LastBlock,
+            4 if blocks => PartialsMerge::Blocks,
             _ => PartialsMerge::auto(splits),
         }
     }
@@ -901,12 +904,12 @@ fn split_scratch_bytes(spec: &PagedAttention, splits: u32, grid_y: u32, merge: P
     splits as usize * bytes_per_split(spec) + split_counter_bytes(spec, grid_y, merge)
 }
 
-/// Bytes of the last-block merge's counters (`RpaParams::launch_tag`): an 8-byte word per (row,
+/// Bytes of the last-block merge's or the merge blocks' counters (`RpaParams::launch_tag`): an 8-byte word per (row,
 /// head chunk), and 4 bytes that may align them after an odd count of log-sum-exps
 /// (`split_counters_offset`); none for the other merges.
 fn split_counter_bytes(spec: &PagedAttention, grid_y: u32, merge: PartialsMerge) -> usize {
     match merge {
-        PartialsMerge::LastBlock => 4 + 8 * spec.max_tokens as usize * grid_y as usize,
+        PartialsMerge::LastBlock | PartialsMerge::Blocks => 4 + 8 * spec.max_tokens as usize * grid_y as usize,
         _ => 0,
     }
 }
@@ -1155,7 +1158,7 @@ fn plan_launch(
             && module.image.has_last_block_merge()
             && last_block_merge_round(shared_bytes, heads, splits, threads) >= 1
     };
-    let mut merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits));
+    let mut merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits), pipelined);
     if let Some(bytes) = limit.filter(|_| !cluster) {
         if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
@@ -1164,7 +1167,7 @@ fn plan_launch(
             let granule = if pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
             split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
             splits = max_keys.max(1).div_ceil(split_len);
-            merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits));
+            merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits), pipelined);
             if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
                 (splits, split_len) = (1, max_keys.max(1).next_multiple_of(granule));
             }
@@ -1175,6 +1178,12 @@ fn plan_launch(
         (_, Some(mode)) => mode,
         (_, None) => default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves, spec.page_size),
     };
+    // A merge block per query head of a chunk, for every (row, chunk): grid z after the splits.
+    let merge_blocks = if merge == PartialsMerge::Blocks && splits > 1 && !cluster { heads } else { 0 };
+    ensure!(
+        splits + merge_blocks <= 65535,
+        "{splits} key splits and {merge_blocks} merge blocks exceed the grid limit"
+    );
     Ok(LaunchPlan::Direct(DirectPlan {
         name: kernel_name(spec, kernel),
         threads,
@@ -1185,6 +1194,7 @@ fn plan_launch(
         split_len,
         cluster,
         merge,
+        merge_blocks,
         pipe_mode,
     }))
 }
@@ -1474,8 +1484,9 @@ unsafe fn launch_direct(
     let settings = settings()?;
     let mut params = direct_params(spec, &l, &settings);
     let merge_kernel = l.merge_kernel(spec);
-    if l.partials_in_workspace() && l.merge == PartialsMerge::LastBlock {
+    if l.partials_in_workspace() && matches!(l.merge, PartialsMerge::LastBlock | PartialsMerge::Blocks) {
         params.launch_tag = next_launch_tag();
+        params.merge_blocks = l.merge_blocks;
     }
     let (part_o, part_lse) = if l.partials_in_workspace() {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
@@ -1564,8 +1575,8 @@ unsafe fn launch_attention(
     let mut args = KernelArgs::new();
     push_inputs(&mut args, bufs);
     args.push(bufs.out).push(part_o).push(part_lse).push(plan).push(params);
-    let cfg =
-        LaunchConfig { grid: (grid_x, l.grid_y, l.splits), block: (l.threads, 1, 1), shared_bytes: l.shared_bytes };
+    let grid = (grid_x, l.grid_y, l.splits + l.merge_blocks);
+    let cfg = LaunchConfig { grid, block: (l.threads, 1, 1), shared_bytes: l.shared_bytes };
     let cluster_z = if l.cluster { l.splits } else { 1 };
     // SAFETY: `function` is `l.name`, allowed `l.shared_bytes`; arguments as it takes them.
     module.launch_function(stream, function, cfg, cluster_z, &mut args.pointers(), settings.programmatic)
@@ -1961,21 +1972,26 @@ mod tests {
     }
 
     #[test]
-    fn merge_modes_and_the_last_block_merge_workspace() {
-        // Mode 0 by split count; mode 3 only where the kernel can merge its splits itself.
-        assert_eq!(PartialsMerge::for_mode(0, 16, true), PartialsMerge::LoopKernel);
-        assert_eq!(PartialsMerge::for_mode(0, 17, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(2, 4, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(3, 47, true), PartialsMerge::LastBlock);
-        assert_eq!(PartialsMerge::for_mode(3, 47, false), PartialsMerge::GroupKernel);
+    fn merge_modes_and_the_in_kernel_merges_workspace() {
+        // Mode 0 by split count; mode 3 only where the kernel can merge its splits in its last
+        // block, mode 4 where its grid can hold merge blocks.
+        assert_eq!(PartialsMerge::for_mode(0, 16, true, true), PartialsMerge::LoopKernel);
+        assert_eq!(PartialsMerge::for_mode(0, 17, true, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(2, 4, true, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(3, 47, true, true), PartialsMerge::LastBlock);
+        assert_eq!(PartialsMerge::for_mode(3, 47, false, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(4, 47, false, true), PartialsMerge::Blocks);
+        assert_eq!(PartialsMerge::for_mode(4, 8, true, false), PartialsMerge::LoopKernel);
         // The counters follow the partials: 8 bytes per (row, head chunk), 4 for alignment.
         // One decode row, 32 q / 8 KV heads, head_dim 128.
         let spec =
             super::super::tests::check(&[1, 32, 128], &[2048, 16, 16, 128], DType::BF16, Default::default()).unwrap();
         let partials = 47 * bytes_per_split(&spec);
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::GroupKernel), partials);
-        assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::LastBlock), partials + 4 + 8 * 8);
-        assert_eq!(split_scratch_bytes(&spec, 1, 8, PartialsMerge::LastBlock), 0);
+        for merge in [PartialsMerge::LastBlock, PartialsMerge::Blocks] {
+            assert_eq!(split_scratch_bytes(&spec, 47, 8, merge), partials + 4 + 8 * 8);
+            assert_eq!(split_scratch_bytes(&spec, 1, 8, merge), 0);
+        }
     }
 
     #[test]

@@ -278,6 +278,7 @@ impl PagedAttention {
             launch_tag: 0,
             table_preload: 0,
             decode_apart: 0,
+            merge_blocks: 0,
             sm_scale: a.sm_scale,
             soft_cap: a.soft_cap.unwrap_or(0.0),
             mask_value: a.mask_value.unwrap_or(DEFAULT_MASK_VALUE),
