@@ -424,7 +424,7 @@ fn pipelined_stage_counts_match_cpu() {
 /// clusters through distributed shared memory (sm_90 image; forced by pricing the merge kernel
 /// out of the split model, and checked to be taken: such a plan needs no workspace) and through
 /// partials in global memory, merged by the merge kernels (the loop and the group one) or in the
-/// kernel by each (row, head chunk)'s last block or by its merge blocks, whose counters start from the poisoned
+/// kernel by its merge blocks, whose counters start from the poisoned
 /// workspace (`XGK_RPA_CLUSTER_MERGE=0`, `XGK_RPA_MERGE_MODE`, and the portable image). Split counts 2 to
 /// 16 (more with the merge priced at nothing), 16-bit and fp8 KV, head_dim 64/128/256, GQA, MHA
 /// and MQA groups, windows and soft caps, two calls back to back on the same buffers. Small enough for the
@@ -466,10 +466,9 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         println!("active clusters (size, clusters) of {name} with 3 stages: {active:?}");
     }
     let mut clustered = 0;
-    // Merge modes: "" by split count, "1" the loop kernel, "2" the group kernel, "3" in the kernel
-    // by the last block, "4" in the kernel's merge blocks (with the merge priced at nothing, for
-    // the most splits: several rounds of the group kernel's loads at head_dim 256, of the last
-    // block's staged splits for fp8; the merge blocks' group merge past 16 splits).
+    // Merge modes: "" by split count, "1" the loop kernel, "2" the group kernel, "3" in the
+    // kernel's merge blocks (with the merge priced at nothing, for the most splits: several rounds
+    // of the group merge's loads at head_dim 256).
     let modes = [
         ("1", "65536", ""),
         ("1", "", ""),
@@ -478,8 +477,6 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         ("0", "0", "2"),
         ("0", "", "3"),
         ("0", "0", "3"),
-        ("0", "", "4"),
-        ("0", "0", "4"),
     ];
     // Each mode in both layouts (the key-rows one where it applies: GQA groups up to 8, head_dim
     // 64 / 128).
@@ -710,41 +707,69 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
         launched.unwrap();
         let what = format!("d{head_dim} {}", if apart { "mix" } else { "prefill" });
-        for (name, case) in [("base", &base), ("other", &other), ("decreasing", &decreasing), ("base again", &base)] {
-            stream.memcpy_htod(&case.kv_lens, &mut inputs.kv_lens.buf).unwrap();
-            stream.memcpy_htod(&case.page_indices, &mut inputs.page_indices.buf).unwrap();
-            stream.memcpy_htod(&case.cu_q_lens, &mut inputs.cu_q_lens.buf).unwrap();
-            // The first replay after new metadata is checked alone (a stale plan or a state word
-            // left set would show there), then two back to back.
-            let cpu = case.cpu_output();
-            for launches in [1, 2] {
-                stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
-                for _ in 0..launches {
-                    graph.launch().unwrap();
-                }
-                stream.synchronize().unwrap();
-                let got = stream.clone_dtoh(&out.buf).unwrap();
-                compare(case, &got, &cpu, &format!("{what} replay, {name}, {launches} launch(es)"));
-                replays += launches;
-            }
-        }
+        let sets = [("base", &base), ("other", &other), ("decreasing", &decreasing), ("base again", &base)];
+        replays += replay_with_new_metadata(&stream, &graph, &mut inputs, &mut out, &sets, &what);
         // Direct calls (fresh tags) on the workspace the replays used, the base metadata in place.
-        stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
-        for _ in 0..2 {
-            unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
-        }
-        stream.synchronize().unwrap();
-        let direct = stream.clone_dtoh(&out.buf).unwrap();
-        compare(&base, &direct, &base.cpu_output(), &format!("{what} direct calls after the replays"));
+        direct_calls_after_replays(&stream, &base, bufs, kernel, &mut out, &what);
     }
     println!("{replays} graph replays passed");
 }
 
-/// A split decode call whose splits merge in the pipelined kernel (`XGK_RPA_MERGE_MODE` 3, the
-/// last block of each (row, head chunk); 4, the grid's merge blocks) counts its splits in at
-/// counters in the workspace under a launch tag that a captured CUDA graph replays unchanged: each
-/// launch must leave them at 0 under the tag for the next. Also the merge kernels' call (mode
-/// unset, two launches). One call captured, then replayed once, and twice back to back (no sync
+/// Replays `graph` (one call captured on `inputs`' buffers, writing `out`) with each metadata set
+/// of `sets` written into those buffers (KV lengths, page tables, `cu_q_lens`): once alone (a
+/// stale plan, or a state word or counter left set, would show there), then twice back to back
+/// with no sync between; each against the CPU. Returns the replays.
+fn replay_with_new_metadata(
+    stream: &Arc<CudaStream>,
+    graph: &cudarc::driver::CudaGraph,
+    inputs: &mut CaseInputs,
+    out: &mut Dev<u8>,
+    sets: &[(&str, &Case)],
+    what: &str,
+) -> usize {
+    let mut replays = 0;
+    for &(name, case) in sets {
+        stream.memcpy_htod(&case.kv_lens, &mut inputs.kv_lens.buf).unwrap();
+        stream.memcpy_htod(&case.page_indices, &mut inputs.page_indices.buf).unwrap();
+        stream.memcpy_htod(&case.cu_q_lens, &mut inputs.cu_q_lens.buf).unwrap();
+        let cpu = case.cpu_output();
+        for launches in [1, 2] {
+            stream.memcpy_htod(&vec![0xFFu8; case.out_bytes()], &mut out.buf).unwrap();
+            for _ in 0..launches {
+                graph.launch().unwrap();
+            }
+            stream.synchronize().unwrap();
+            let got = stream.clone_dtoh(&out.buf).unwrap();
+            compare(case, &got, &cpu, &format!("{what} replay, {name}, {launches} launch(es)"));
+            replays += launches;
+        }
+    }
+    replays
+}
+
+/// Two direct calls (fresh launch tags) of `base`, whose metadata the buffers of `bufs` hold, on
+/// the workspace that graph replays used, against the CPU.
+fn direct_calls_after_replays(
+    stream: &Arc<CudaStream>,
+    base: &Case,
+    bufs: DeviceBuffers,
+    kernel: KernelChoice,
+    out: &mut Dev<u8>,
+    what: &str,
+) {
+    stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
+    for _ in 0..2 {
+        unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &base.spec(), bufs, kernel) }.unwrap();
+    }
+    stream.synchronize().unwrap();
+    let direct = stream.clone_dtoh(&out.buf).unwrap();
+    compare(base, &direct, &base.cpu_output(), &format!("{what}: direct calls after the replays"));
+}
+
+/// A split decode call whose splits merge in the pipelined kernel's merge blocks
+/// (`XGK_RPA_MERGE_MODE=3`) counts its splits in at counters in the workspace under a launch tag
+/// that a captured CUDA graph replays unchanged: each launch must leave them at 0 under the tag for
+/// the next. Also the merge kernels' call (mode unset, two launches). One call captured, then replayed once, and twice back to back (no sync
 /// between), for several metadata sets written into the same buffers (new KV lengths and page
 /// tables, then the first set again), each against the CPU; then direct calls (fresh tags) on the
 /// same workspace. A call with merge blocks is one launch.
@@ -754,15 +779,13 @@ fn split_decode_graph_replays_follow_new_metadata() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let stream = gpu();
     let mut rng = seeded_rng();
-    let module = KERNELS.for_device(0).unwrap();
     let mut replays = 0;
     const SEQS: &[(usize, usize)] = &[(1, 3000), (1, 200), (1, 1500), (1, 0)];
     for (mode, shape, q_dtype) in [
         ("", (128, 2, 4), DType::BF16),
         ("3", (128, 2, 4), DType::BF16),
-        ("4", (128, 2, 4), DType::BF16),
-        ("4", (64, 1, 8), DType::F16),
-        ("4", (128, 1, 16), DType::BF16),
+        ("3", (64, 1, 8), DType::F16),
+        ("3", (128, 1, 16), DType::BF16),
     ] {
         let (head_dim, nkv, group) = shape;
         let base = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, 16, SEQS, 2);
@@ -771,11 +794,7 @@ fn split_decode_graph_replays_follow_new_metadata() {
         other.kv_lens = (0..SEQS.len()).map(|_| rng.gen_range(1..=3000)).collect();
         other.kv_lens.resize(base.max_num_seqs, 0);
         other.page_indices.shuffle(&mut rng);
-        let in_kernel = match mode {
-            "3" => module.image.has_last_block_merge(),
-            "4" => true,
-            _ => false,
-        };
+        let in_kernel = mode == "3";
         with_setting(CLUSTER_MERGE_ENV_VAR, "0", || {
             with_setting(MERGE_MODE_ENV_VAR, mode, || {
                 let what = format!("merge mode {mode:?}, d{head_dim} group {group}");
@@ -795,28 +814,9 @@ fn split_decode_graph_replays_follow_new_metadata() {
                 let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };
                 let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
                 launched.unwrap();
-                for (name, case) in [("base", &base), ("other", &other), ("base again", &base)] {
-                    stream.memcpy_htod(&case.kv_lens, &mut inputs.kv_lens.buf).unwrap();
-                    stream.memcpy_htod(&case.page_indices, &mut inputs.page_indices.buf).unwrap();
-                    let cpu = case.cpu_output();
-                    for launches in [1, 2] {
-                        stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
-                        for _ in 0..launches {
-                            graph.launch().unwrap();
-                        }
-                        stream.synchronize().unwrap();
-                        let got = stream.clone_dtoh(&out.buf).unwrap();
-                        compare(case, &got, &cpu, &format!("{what} replay, {name}, {launches} launch(es)"));
-                        replays += launches;
-                    }
-                }
-                stream.memcpy_htod(&vec![0xFFu8; base.out_bytes()], &mut out.buf).unwrap();
-                for _ in 0..2 {
-                    unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
-                }
-                stream.synchronize().unwrap();
-                let direct = stream.clone_dtoh(&out.buf).unwrap();
-                compare(&base, &direct, &base.cpu_output(), &format!("{what}: direct calls after the replays"));
+                let sets = [("base", &base), ("other", &other), ("base again", &base)];
+                replays += replay_with_new_metadata(&stream, &graph, &mut inputs, &mut out, &sets, &what);
+                direct_calls_after_replays(&stream, &base, bufs, kernel, &mut out, &what);
             })
         });
     }

@@ -125,13 +125,6 @@ impl PtxImage {
         self.has_grid_dependency_control()
     }
 
-    /// Whether the image's pipelined kernels can merge their splits themselves, by the last
-    /// block of each (row, head chunk) (`XGK_RPA_MERGE_MODE=3`): the sm_90 images only (in the
-    /// sm_80 one that code cost the 16-bit head_dim-128 kernels spills in their tile loop).
-    pub fn has_last_block_merge(&self) -> bool {
-        self.has_grid_dependency_control()
-    }
-
     /// Whether the image has the warpgroup-MMA kernels (`wgmma`, an sm_90a-only instruction).
     pub fn has_wgmma(&self) -> bool {
         self.target() == Some((90, true))

@@ -66,11 +66,10 @@ pub struct RpaParams {
     /// A tag of this launch, never 0, for the kernel's words in the workspace, whose contents
     /// before the launch may be anything ([`launch_tagged_word`]); unique per call (a mix's
     /// launches share one, below) but the same in every replay of a captured graph, so each
-    /// kernel leaves its words reusable under the tag. Nonzero for the pipelined kernel: the
-    /// splits of each (row, head chunk) merge in the
-    /// kernel (without clusters), in whichever of their blocks is counted in last, or with
-    /// `merge_blocks` in the grid's merge blocks: one 8-byte counter per (row, head chunk), after
-    /// the partials ([`split_counters_offset`]); 0 there: a merge kernel or a cluster merges. The warp-specialized tile kernel's blocks build its plan
+    /// kernel leaves its words reusable under the tag. Nonzero for the pipelined kernel with
+    /// `merge_blocks`: the grid's merge blocks wait for the splits of each (row, head chunk) at
+    /// an 8-byte counter, after the partials ([`split_counters_offset`]); 0 there: a merge kernel
+    /// or a cluster merges. The warp-specialized tile kernel's blocks build its plan
     /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`); with a mixed batch's
     /// decode rows apart, the decode kernel publishes the plan header's inputs word under the
     /// tile kernel's tag (`decode_apart` 2), or the planning kernel `rpa_plan_ws` the plan
@@ -105,7 +104,7 @@ pub struct RpaParams {
 }
 
 /// Offset in f32 elements, from the split partials' log-sum-exps (`lse_count` of them), of the
-/// last-block merge's counters ([`RpaParams::launch_tag`]): 8-byte words, one per (row, head
+/// merge blocks' counters ([`RpaParams::merge_blocks`]): 8-byte words, one per (row, head
 /// chunk) in grid order (`row * chunks + chunk`), after the log-sum-exps.
 pub const fn split_counters_offset(lse_count: usize) -> usize {
     lse_count.next_multiple_of(2)

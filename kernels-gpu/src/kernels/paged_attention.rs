@@ -22,14 +22,13 @@ use crate::attention::{
     clamp_num_seqs, find_sequence, launch_tagged_word, page_is_valid, row_window, split_counters_offset, RowWindow,
     RpaParams,
 };
-use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::gpu_scope;
 use crate::kernel;
-use crate::math::{exp2_approx, inverse_or_zero, ln_approx, max_f32, tanh, LOG2_E};
+use crate::math::{exp2_approx, ln_approx, max_f32, tanh, LOG2_E};
 use crate::num::{Bf16, Element, KvElement, F8E4M3, F8E5M2};
-use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_y, sync_threads, thread_idx_x};
-use crate::warp::{lane_id, warp_max_f32, warp_sum_f32, WARP_SIZE};
+use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
 
 use super::{load_vec, store_vec, unroll};
 
@@ -351,7 +350,6 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         rows: HC,
         stride,
         cluster_area: core::ptr::null_mut(),
-        last_block_merge_bytes: 0,
         counts_for_merge_blocks: false,
     };
     merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
@@ -370,10 +368,6 @@ pub(crate) struct WarpStates {
     /// (`RpaParams::cluster_splits`): `rows * (head_dim + 1)` floats apart from the states. Null
     /// for the kernels the host never launches in clusters.
     pub cluster_area: *mut f32,
-    /// Bytes of the block's dynamic shared memory (from `smem`) when the kernel merges its
-    /// splits in the block counted in last, as the host may ask (`RpaParams::launch_tag`); 0, a
-    /// constant, compiles that merge out (the host asks only the pipelined kernel).
-    pub last_block_merge_bytes: usize,
     /// Whether the kernel's split blocks count in for the grid's merge blocks, as the host may
     /// ask (`RpaParams::merge_blocks`); false, a constant, compiles the count out (the host asks
     /// only the pipelined kernel on a grid of rows).
@@ -391,16 +385,13 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     states: WarpStates,
     threads: usize,
 ) {
-    let WarpStates { smem, warps, rows, stride, cluster_area, last_block_merge_bytes, counts_for_merge_blocks } = states;
+    let WarpStates { smem, warps, rows, stride, cluster_area, counts_for_merge_blocks } = states;
     let d = p.head_dim as usize;
     // The host sets `cluster_splits` only for the kernel that passes a cluster area (a null area
     // is a constant of the others: the cluster code is compiled out of them).
     let in_cluster = p.num_splits > 1 && p.cluster_splits != 0 && !cluster_area.is_null();
-    let in_workspace = !in_cluster && p.num_splits > 1 && p.launch_tag != 0;
-    let merged_by_blocks = counts_for_merge_blocks && in_workspace && p.merge_blocks != 0;
-    let last_block_merge = last_block_merge_bytes > 0 && in_workspace && p.merge_blocks == 0;
-    let counter_seen =
-        if last_block_merge || merged_by_blocks { preload_split_counter(ptr, p, blk.t, block_idx_y()) } else { 0 };
+    let merged_by_blocks = counts_for_merge_blocks && !in_cluster && p.num_splits > 1 && p.merge_blocks != 0;
+    let counter_seen = if merged_by_blocks { preload_split_counter(ptr, p, blk.t, block_idx_y()) } else { 0 };
     let total = blk.hc * d;
     let mut idx = thread_idx_x() as usize;
     while idx < total {
@@ -447,8 +438,6 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     }
     if in_cluster {
         merge_cluster_splits(ptr, p, blk, cluster_area, threads);
-    } else if last_block_merge {
-        merge_in_last_block(ptr, p, blk, counter_seen, smem as *mut f32, last_block_merge_bytes, threads);
     } else if merged_by_blocks {
         // Every thread's partial stores before thread 0 counts the block in.
         sync_threads();
@@ -687,38 +676,16 @@ impl ColumnMerge {
     }
 }
 
-/// Floats at the start of the last-block merge's shared memory: its flag, padded to 16 bytes.
-const LAST_BLOCK_FLAG_FLOATS: usize = 4;
-
-/// Splits whose partials one round of the last-block merge stages in `shared_bytes` of shared
-/// memory, for `heads` query heads per block, `splits` splits and `threads` threads: after the
-/// flag, each head's weight sum and every split's weight of the chunk's heads, then (16-byte
-/// aligned) 16 bytes per thread and split. The host takes the last-block merge only where this is
-/// at least 1.
-pub const fn last_block_merge_round(shared_bytes: u32, heads: u32, splits: u32, threads: u32) -> u32 {
-    let fixed = ((LAST_BLOCK_FLAG_FLOATS as u64 + heads as u64 * (splits as u64 + 1)) * 4).next_multiple_of(16);
-    if shared_bytes as u64 <= fixed {
-        return 0;
-    }
-    let round = (shared_bytes as u64 - fixed) / (threads as u64 * 16);
-    if round > splits as u64 {
-        splits
-    } else {
-        round as u32
-    }
-}
-
 /// Counts this block in at its (row, head chunk)'s split counter and returns the count with it
 /// (counted in the low 16 bits of a [`launch_tagged_word`]: a grid's blocks of one chunk, at most
-/// 65535). A word of another tag, or of none, is taken as 0 by the first block to count; whoever
-/// counts last leaves the word at a count of 0 under the tag, for a launch that reuses the tag (a
-/// replayed CUDA graph): the last split block with the last-block merge, the last merge block
-/// with merge blocks ([`merge_block`]).
+/// 65535). A word of another tag, or of none, is taken as 0 by the first block to count; the last
+/// of the chunk's merge blocks to count ([`merge_block`]) leaves the word at a count of 0 under the
+/// tag, for a launch that reuses the tag (a replayed CUDA graph).
 ///
 /// One atomic add where the word carries the tag already (every block but the first ones): the
 /// splits of a chunk finish nearly together, and a compare-and-swap loop for every block
-/// serialized them, a failed attempt and an L2 round trip each (1 x 8k, 32 splits: 11 µs,
-/// benchmarks/NOTES.md "v15"). Only a block that reads a word without the tag swaps the tagged
+/// serialized them, a failed attempt and an L2 round trip each (1 x 8k, 32 splits: 11 µs, in the
+/// last-block merge this replaced, benchmarks/NOTES.md "v15"). Only a block that reads a word without the tag swaps the tagged
 /// count of 1 in; if another block's swap came first, it adds instead. Adds never carry out of
 /// the count (at most the chunk's blocks of them). `seen`: the word as this block read it, at any
 /// time before (a stale read is harmless: a tag, once in, stays; a swap from a stale value fails).
@@ -732,10 +699,9 @@ unsafe fn count_split_in(counter: *mut u64, seen: u64, tag: u32) -> u64 {
     let counter = AtomicU64::from_ptr(counter);
     let zero = launch_tagged_word(tag, 0);
     if !is_tagged(seen, tag) {
-        match counter.compare_exchange(seen, zero + 1, Relaxed, Relaxed) {
-            Ok(_) => return 1,
-            // Another block's swap (or add) came first: the word carries the tag now.
-            Err(_) => {}
+        // Else another block's swap (or add) came first: the word carries the tag now.
+        if counter.compare_exchange(seen, zero + 1, Relaxed, Relaxed).is_ok() {
+            return 1;
         }
     }
     (counter.fetch_add(1, Relaxed) & SPLIT_COUNT) + 1
@@ -756,11 +722,11 @@ fn is_tagged(word: u64, tag: u32) -> bool {
 /// As [`count_split_in`]; its last count.
 #[inline(always)]
 unsafe fn reset_split_counter(counter: *mut u64, tag: u32) {
-    core::sync::atomic::AtomicU64::from_ptr(counter).store(launch_tagged_word(tag, 0), core::sync::atomic::Ordering::Relaxed);
+    core::sync::atomic::AtomicU64::from_ptr(counter)
+        .store(launch_tagged_word(tag, 0), core::sync::atomic::Ordering::Relaxed);
 }
 
-/// The split counter of row `t`'s head chunk `chunk` (grid y): the last-block merge's, or the
-/// merge blocks'.
+/// The merge blocks' split counter of row `t`'s head chunk `chunk` (grid y).
 ///
 /// # Safety
 /// The workspace holds the counters after the log-sum-exps ([`split_counters_offset`]).
@@ -790,8 +756,11 @@ unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, 
 /// head chunk, `num_splits + j`) merges the partials of the chunk's query head `j` (if the chunk
 /// has it) into the output, as a merge kernel's block does, once the chunk's split blocks have
 /// all counted in ([`count_split_in`]). A split call is then one launch, and its merge is spread
-/// over a block per (row, query head) as the merge kernel's, where the last-block merge had one
-/// per chunk (benchmarks/NOTES.md "v15", "v27").
+/// over a block per (row, query head) as the merge kernel's; the last-block merge it replaced
+/// had one per chunk, after a longer chain (benchmarks/NOTES.md "v15", "v27"). On an H200 it
+/// costs 0.4-0.8 µs more device time than the merge kernel on the single-row split cells (the
+/// poll's chain is longer than the programmatic launch's wait for the grid), so the host takes
+/// it on request (`XGK_RPA_MERGE_MODE=3`).
 ///
 /// Thread 0 polls the chunk's counter (relaxed loads, which never return a line an SM's L1 kept)
 /// until it carries the tag and every split's count, then fences (acquire: the partials, stored
@@ -832,168 +801,13 @@ pub(crate) unsafe fn merge_block<Q: Element, KV>(ptr: &RpaPointers<Q, KV>, p: &R
             merge_groups(ptr.part_o, ptr.part_lse, ptr.out, splits, &at);
         }
     }
-    // Counted in after the merge, off its path (the count's round trip took 0.4-0.7 µs on the
-    // single-row cells, v27.1): the word is free for the next launch once every merge block has
-    // passed its wait.
+    // Counted in after the merge, off its path (benchmarks/NOTES.md "v27.2"): the word is free for
+    // the next launch once every merge block has passed its wait.
     if thread_idx_x() == 0
-        && count_split_in(counter, launch_tagged_word(p.launch_tag, 0), p.launch_tag) == (splits + p.merge_blocks) as u64
+        && count_split_in(counter, launch_tagged_word(p.launch_tag, 0), p.launch_tag)
+            == (splits + p.merge_blocks) as u64
     {
         reset_split_counter(counter, p.launch_tag);
-    }
-}
-
-/// Merges the splits of this block's (row, head chunk) in the kernel, if this block is the last
-/// of them to finish: no merge kernel after the grid (a second launch on the host, and a grid
-/// that waits for the first to drain), and the merge overlaps the other blocks' streaming.
-///
-/// Every block, once its partial is written, counts itself in at the chunk's counter in the
-/// workspace ([`count_split_in`]; a release fence first; the counter read ahead by
-/// [`preload_split_counter`]). The one that counts last (an acquire fence after its count)
-/// stages the chunk's partials in its shared memory, now free, with `cp.async` (16 bytes of a
-/// partial row per thread and split, no registers held while they are in flight); meanwhile
-/// its warps load every split's log-sum-exp of the chunk's heads and turn them into weights
-/// against each head's largest (a warp reduction) and a weight sum. Then each thread sums its
-/// column's weighted splits, reading back only what it copied itself. Rounds of
-/// [`last_block_merge_round`] splits where they do not all fit (one round at 1 x 32k, 47
-/// splits, with three 32 KiB stages).
-///
-/// # Safety
-/// Every thread of the block calls it, after the block's partial stores; `scratch` is the
-/// block's dynamic shared memory, `scratch_bytes` of it, which nothing else uses now and where
-/// [`last_block_merge_round`] is at least 1; the workspace holds the counters after the
-/// log-sum-exps ([`split_counters_offset`]).
-#[inline(always)]
-unsafe fn merge_in_last_block<Q: Element, KV>(
-    ptr: &RpaPointers<Q, KV>,
-    p: &RpaParams,
-    blk: &Block,
-    counter_seen: u64,
-    scratch: *mut f32,
-    scratch_bytes: usize,
-    threads: usize,
-) {
-    let nq = p.num_q_heads as usize;
-    let rows_per_split = p.max_tokens as usize * nq;
-    let splits = p.num_splits as usize;
-    let flag = scratch as *mut u32;
-    // Every thread's partial stores (and reads of the shared states) before thread 0 counts.
-    sync_threads();
-    if thread_idx_x() == 0 {
-        gpu_scope::fence_acq_rel();
-        let counter = split_counter(ptr, p, blk.t, block_idx_y());
-        let last = count_split_in(counter, counter_seen, p.launch_tag) == p.num_splits as u64;
-        if last {
-            reset_split_counter(counter, p.launch_tag);
-            // The other blocks' partials, published before their counts, are read after this.
-            gpu_scope::fence_acq_rel();
-        }
-        *flag = last as u32;
-    }
-    sync_threads();
-    if *flag == 0 {
-        return;
-    }
-    let d = p.head_dim as usize;
-    let lanes = d / MERGE_VECTOR;
-    let (hc, units) = (blk.hc, blk.hc * lanes);
-    let tid = thread_idx_x() as usize;
-    // Shared memory: the flag, each head's weight sum, each (head, split)'s log-sum-exp (then
-    // weight), and the staged partials (16-byte aligned).
-    let wsums = scratch.add(LAST_BLOCK_FLAG_FLOATS);
-    let weights = wsums.add(hc);
-    let parts = weights.add(hc * splits).cast::<u8>();
-    let parts = parts.add(parts.align_offset(16)) as *mut f32;
-    let round = last_block_merge_round(scratch_bytes as u32, hc as u32, splits as u32, threads as u32) as usize;
-    // Column `unit` of the chunk: its row of the partials (and of the output) and 16-byte column.
-    let row_of = |unit: usize| blk.t as usize * nq + blk.h0 as usize + unit / lanes;
-    // This thread's slot for the `k`th split of a round.
-    let slot = |k: usize| parts.add((k * threads + tid) * MERGE_VECTOR);
-    // Stages the partials of splits `s0 .. s0 + round` of this thread's column `unit`.
-    let stage = |unit: usize, s0: usize| {
-        if unit < units {
-            let column = ptr.part_o.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR);
-            for k in 0..round.min(splits - s0) {
-                let src = column.add((s0 + k) * rows_per_split * d) as *const u8;
-                cp_async_16(shared_address(slot(k)), src, true, CopyHint { prefetch_256: false });
-            }
-        }
-        commit_group();
-    };
-    stage(tid, 0);
-    // While the first copies fly: each warp takes heads, its lanes the splits; the head's
-    // largest log-sum-exp by a warp reduction, then each split's weight (0 for a split that saw
-    // no key, whose partial may be unwritten) and their sum.
-    let (warp, lane) = (tid / WARP_SIZE as usize, tid % WARP_SIZE as usize);
-    let mut hh = warp;
-    while hh < hc {
-        let row = row_of(hh * lanes);
-        let mut m = f32::NEG_INFINITY;
-        let mut s = lane;
-        while s < splits {
-            let lse = gpu_scope::load_relaxed_f32(ptr.part_lse.add(s * rows_per_split + row));
-            *weights.add(hh * splits + s) = lse;
-            m = max_f32(m, lse);
-            s += WARP_SIZE as usize;
-        }
-        let m = warp_max_f32(m);
-        let mut sum = 0.0f32;
-        let mut s = lane;
-        while s < splits {
-            let lse = *weights.add(hh * splits + s);
-            let w = if lse != f32::NEG_INFINITY { exp2_approx((lse - m) * LOG2_E) } else { 0.0 };
-            *weights.add(hh * splits + s) = w;
-            sum += w;
-            s += WARP_SIZE as usize;
-        }
-        let sum = warp_sum_f32(sum);
-        if lane == 0 {
-            *wsums.add(hh) = sum;
-        }
-        hh += threads / WARP_SIZE as usize;
-    }
-    sync_threads();
-    let mut unit0 = 0;
-    while unit0 < units {
-        let unit = unit0 + tid;
-        let w = weights.add((unit / lanes).min(hc - 1) * splits);
-        let mut acc = [0.0f32; MERGE_VECTOR];
-        let mut s0 = 0;
-        while s0 < splits {
-            if s0 > 0 {
-                stage(unit, s0);
-            }
-            wait_all();
-            let n = round.min(splits - s0);
-            if unit < units {
-                // Four splits' loads issued before their sums (independent shared-memory reads).
-                let mut k = 0;
-                while k < n {
-                    unroll::<4>(|j| {
-                        if k + j < n {
-                            let wk = *w.add(s0 + k + j);
-                            // A weight of 0 may stand for an unwritten partial: never multiplied.
-                            if wk != 0.0 {
-                                let v: [f32; MERGE_VECTOR] = load_vec(slot(k + j));
-                                unroll::<MERGE_VECTOR>(|e| acc[e] += wk * v[e]);
-                            }
-                        }
-                    });
-                    k += 4;
-                }
-            }
-            s0 += round;
-        }
-        if unit < units {
-            let sum = *wsums.add(unit / lanes);
-            let inv = inverse_or_zero(sum);
-            let mut out = [Q::from_f32(0.0); MERGE_VECTOR];
-            unroll::<MERGE_VECTOR>(|e| out[e] = Q::from_f32(acc[e] * inv));
-            store_vec(ptr.out.add(row_of(unit) * d + unit % lanes * MERGE_VECTOR), out);
-        }
-        unit0 += threads;
-        if unit0 < units {
-            stage(unit0 + tid, 0);
-        }
     }
 }
 

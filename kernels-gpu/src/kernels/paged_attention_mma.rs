@@ -627,7 +627,6 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
         rows: MMA_HEADS_PER_BLOCK as usize,
         stride: 2 + d,
         cluster_area: core::ptr::null_mut(),
-        last_block_merge_bytes: 0,
         counts_for_merge_blocks: false,
     };
     merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);

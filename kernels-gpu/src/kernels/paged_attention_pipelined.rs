@@ -838,13 +838,6 @@ unsafe fn rpa_pipelined_on<
         rows: MMA_HEADS_PER_BLOCK as usize,
         stride: 2 + D,
         cluster_area: smem.add(pipelined_warp_state_floats(D as u32, tile) as usize),
-        // The last-block merge is compiled into the sm_90 image only: in the sm_80 one its code
-        // pushed the 16-bit head_dim-128 kernels (168 registers) into spills in the tile loop.
-        last_block_merge_bytes: if cfg!(xgk_sm90) {
-            pipelined_shared_bytes(D as u32, kv_bytes, tile, stages) as usize
-        } else {
-            0
-        },
         counts_for_merge_blocks: !BY_SEQUENCE,
     };
     merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);

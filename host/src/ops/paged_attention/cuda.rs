@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use kernels_gpu::attention::RpaParams;
 use kernels_gpu::kernels::paged_attention::{
-    last_block_merge_round, rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, LOOP_MERGE_MAX_SPLITS,
-    MAX_CLUSTER_SPLITS, RPA_THREADS, RPA_WARPS,
+    rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, LOOP_MERGE_MAX_SPLITS, MAX_CLUSTER_SPLITS,
+    RPA_THREADS, RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS;
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
@@ -340,13 +340,15 @@ pub fn default_pipe_mode(
 
 /// Environment variable choosing how split partials in the workspace are merged (splits that run
 /// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
-/// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel, by the block of a
-/// (row, head chunk) counted in last (the other kernels, and the sm_80 image, then take the
-/// default's merge kernel); `4` in the pipelined kernel's merge blocks, slices of its grid after
-/// the splits (`RpaParams::merge_blocks`; the other kernels take the default's merge kernel).
-/// Tests run every mode. Mode 3 makes a split call one launch (host cost on an H200 4.56 against
-/// 7.21 µs), but its merge takes longer on the device: 0.3-2.8 µs on the 16-bit split cells,
-/// 4 µs on fp8 1 x 32k (benchmarks/NOTES.md "v15"), so the default keeps the merge kernels.
+/// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel's merge blocks,
+/// slices of its grid after the splits (`RpaParams::merge_blocks`; the other kernels take the
+/// default's merge kernel). Tests run every mode. Mode 3 makes a split call one launch (host cost
+/// of the 1 x 32k call on an H200 3.5 against 6.1-6.9 µs), but its merge ends 0.4-0.8 µs later
+/// on the device on the single-row split cells (1 x 8k 14.4 against 13.7 µs, 1 x 32k 40.0
+/// against 39.3), 1-2 µs on 4 x 32k (benchmarks/NOTES.md "v27"; the last-block merge that mode 3
+/// was before lost 0.3-4 µs, "v15"), so the default keeps the merge kernels: device time is what
+/// a decode step pays under CUDA graphs, and a split call's second launch overlaps its first
+/// kernel.
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
 /// Environment variable switching the pipelined kernel's page-table preload off (`0`) or on (`1`,
@@ -468,7 +470,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
-        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=4)?,
+        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
         decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
@@ -808,7 +810,7 @@ impl DirectPlan {
                 "rpa_combine_groups_bf16",
                 rpa_combine_shared_bytes(),
             ),
-            PartialsMerge::LastBlock | PartialsMerge::Blocks => return None,
+            PartialsMerge::Blocks => return None,
         };
         let name = match spec.q_dtype {
             DType::F32 => f32_name,
@@ -826,11 +828,9 @@ enum PartialsMerge {
     LoopKernel,
     /// `rpa_combine_groups`: split groups, every load in flight.
     GroupKernel,
-    /// In the pipelined kernel, by the block of a (row, head chunk) counted in last
-    /// (`RpaParams::launch_tag`): one launch; counters after the partials in the workspace.
-    LastBlock,
     /// In the pipelined kernel's merge blocks, a block per (row, query head) after the splits in
-    /// its grid (`RpaParams::merge_blocks`): one launch; the same counters.
+    /// its grid (`RpaParams::merge_blocks`): one launch; a counter per (row, head chunk) after the
+    /// partials in the workspace (`RpaParams::launch_tag`).
     Blocks,
 }
 
@@ -845,16 +845,13 @@ impl PartialsMerge {
         }
     }
 
-    /// The merge for `mode` ([`MERGE_MODE_ENV_VAR`]) and `splits` splits; `last_block`: whether
-    /// the kernel can merge them in its last block (the pipelined kernel on the sm_90 image, whose
-    /// shared memory then stages at least one split per round: `last_block_merge_round`);
-    /// `blocks`: whether its grid can hold merge blocks (the pipelined kernel).
-    fn for_mode(mode: u32, splits: u32, last_block: bool, blocks: bool) -> Self {
+    /// The merge for `mode` ([`MERGE_MODE_ENV_VAR`]) and `splits` splits; `blocks`: whether the
+    /// kernel's grid can hold merge blocks (the pipelined kernel).
+    fn for_mode(mode: u32, splits: u32, blocks: bool) -> Self {
         match mode {
             1 => PartialsMerge::LoopKernel,
             2 => PartialsMerge::GroupKernel,
-            3 if last_block => PartialsMerge::LastBlock,
-            4 if blocks => PartialsMerge::Blocks,
+            3 if blocks => PartialsMerge::Blocks,
             _ => PartialsMerge::auto(splits),
         }
     }
@@ -909,7 +906,7 @@ fn split_scratch_bytes(spec: &PagedAttention, splits: u32, grid_y: u32, merge: P
 /// (`split_counters_offset`); none for the other merges.
 fn split_counter_bytes(spec: &PagedAttention, grid_y: u32, merge: PartialsMerge) -> usize {
     match merge {
-        PartialsMerge::LastBlock | PartialsMerge::Blocks => 4 + 8 * spec.max_tokens as usize * grid_y as usize,
+        PartialsMerge::Blocks => 4 + 8 * spec.max_tokens as usize * grid_y as usize,
         _ => 0,
     }
 }
@@ -1153,12 +1150,7 @@ fn plan_launch(
     let merge_mode = settings()?.merge_mode;
     let pipelined = kernel == KernelChoice::Pipelined;
     let heads = heads_per_block.min(group);
-    let last_block = |splits| {
-        pipelined
-            && module.image.has_last_block_merge()
-            && last_block_merge_round(shared_bytes, heads, splits, threads) >= 1
-    };
-    let mut merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits), pipelined);
+    let mut merge = PartialsMerge::for_mode(merge_mode, splits, pipelined);
     if let Some(bytes) = limit.filter(|_| !cluster) {
         if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
@@ -1167,7 +1159,7 @@ fn plan_launch(
             let granule = if pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
             split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
             splits = max_keys.max(1).div_ceil(split_len);
-            merge = PartialsMerge::for_mode(merge_mode, splits, last_block(splits), pipelined);
+            merge = PartialsMerge::for_mode(merge_mode, splits, pipelined);
             if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
                 (splits, split_len) = (1, max_keys.max(1).next_multiple_of(granule));
             }
@@ -1484,7 +1476,7 @@ unsafe fn launch_direct(
     let settings = settings()?;
     let mut params = direct_params(spec, &l, &settings);
     let merge_kernel = l.merge_kernel(spec);
-    if l.partials_in_workspace() && matches!(l.merge, PartialsMerge::LastBlock | PartialsMerge::Blocks) {
+    if l.partials_in_workspace() && l.merge == PartialsMerge::Blocks {
         params.launch_tag = next_launch_tag();
         params.merge_blocks = l.merge_blocks;
     }
@@ -1972,42 +1964,22 @@ mod tests {
     }
 
     #[test]
-    fn merge_modes_and_the_in_kernel_merges_workspace() {
-        // Mode 0 by split count; mode 3 only where the kernel can merge its splits in its last
-        // block, mode 4 where its grid can hold merge blocks.
-        assert_eq!(PartialsMerge::for_mode(0, 16, true, true), PartialsMerge::LoopKernel);
-        assert_eq!(PartialsMerge::for_mode(0, 17, true, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(2, 4, true, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(3, 47, true, true), PartialsMerge::LastBlock);
-        assert_eq!(PartialsMerge::for_mode(3, 47, false, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(4, 47, false, true), PartialsMerge::Blocks);
-        assert_eq!(PartialsMerge::for_mode(4, 8, true, false), PartialsMerge::LoopKernel);
+    fn merge_modes_and_the_merge_blocks_workspace() {
+        // Mode 0 by split count; mode 3 only where the kernel's grid can hold merge blocks.
+        assert_eq!(PartialsMerge::for_mode(0, 16, true), PartialsMerge::LoopKernel);
+        assert_eq!(PartialsMerge::for_mode(0, 17, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(2, 4, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(3, 47, true), PartialsMerge::Blocks);
+        assert_eq!(PartialsMerge::for_mode(3, 47, false), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(3, 8, false), PartialsMerge::LoopKernel);
         // The counters follow the partials: 8 bytes per (row, head chunk), 4 for alignment.
         // One decode row, 32 q / 8 KV heads, head_dim 128.
         let spec =
             super::super::tests::check(&[1, 32, 128], &[2048, 16, 16, 128], DType::BF16, Default::default()).unwrap();
         let partials = 47 * bytes_per_split(&spec);
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::GroupKernel), partials);
-        for merge in [PartialsMerge::LastBlock, PartialsMerge::Blocks] {
-            assert_eq!(split_scratch_bytes(&spec, 47, 8, merge), partials + 4 + 8 * 8);
-            assert_eq!(split_scratch_bytes(&spec, 1, 8, merge), 0);
-        }
-    }
-
-    #[test]
-    fn last_block_merge_rounds_fit_the_shared_memory() {
-        // Three 32 KiB stages, four heads, 128 threads: the 47 splits of 1 x 32k in one round.
-        let three_stages = pipelined_shared_bytes(128, 2, 64, 3);
-        assert_eq!(last_block_merge_round(three_stages, 4, 47, 128), 47);
-        // fp8 with two 16 KiB stages (the warp states set the size: 41.5 KiB): 19 splits per round.
-        assert_eq!(last_block_merge_round(pipelined_shared_bytes(128, 1, 64, 2), 4, 47, 128), 19);
-        // Weights that leave no room for one split: no last-block merge.
-        assert_eq!(last_block_merge_round(4096, 16, 200, 128), 0);
-        for (bytes, heads, splits) in [(98304, 16, 300), (32768, 1, 5), (16384, 8, 64)] {
-            let round = last_block_merge_round(bytes, heads, splits, 128) as u64;
-            let used = ((4 + heads as u64 * (splits as u64 + 1)) * 4).next_multiple_of(16) + round * 128 * 16;
-            assert!(round <= splits as u64 && used <= bytes as u64, "{bytes} {heads} {splits}: {round}");
-        }
+        assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::Blocks), partials + 4 + 8 * 8);
+        assert_eq!(split_scratch_bytes(&spec, 1, 8, PartialsMerge::Blocks), 0);
     }
 
     #[test]
