@@ -685,10 +685,11 @@ impl ColumnMerge {
 /// One atomic add where the word carries the tag already (every block but the first ones): the
 /// splits of a chunk finish nearly together, and a compare-and-swap loop for every block
 /// serialized them, a failed attempt and an L2 round trip each (1 x 8k, 32 splits: 11 µs, in the
-/// last-block merge this replaced, benchmarks/NOTES.md "v15"). Only a block that reads a word without the tag swaps the tagged
-/// count of 1 in; if another block's swap came first, it adds instead. Adds never carry out of
-/// the count (at most the chunk's blocks of them). `seen`: the word as this block read it, at any
-/// time before (a stale read is harmless: a tag, once in, stays; a swap from a stale value fails).
+/// last-block merge this replaced, benchmarks/NOTES.md "v15"). Only a block that reads a word
+/// without the tag swaps the tagged count of 1 in; if another block's swap came first, it adds
+/// instead. Adds never carry out of the count (at most the chunk's blocks of them). `seen`: the
+/// word as this block read it, at any time before (a stale read is harmless: a tag, once in,
+/// stays; a swap from a stale value fails).
 ///
 /// # Safety
 /// `counter` is an 8-byte aligned global word that only this grid's blocks of that (row, head

@@ -892,7 +892,7 @@ fn bytes_per_split(spec: &PagedAttention) -> usize {
     spec.max_tokens as usize * spec.num_q_heads as usize * (spec.head_dim as usize + 1) * 4
 }
 
-/// Bytes of the split-KV partials (none without splits), and of the last-block merge's counters
+/// Bytes of the split-KV partials (none without splits), and of the merge blocks' counters
 /// after them.
 fn split_scratch_bytes(spec: &PagedAttention, splits: u32, grid_y: u32, merge: PartialsMerge) -> usize {
     if splits <= 1 {
@@ -901,8 +901,8 @@ fn split_scratch_bytes(spec: &PagedAttention, splits: u32, grid_y: u32, merge: P
     splits as usize * bytes_per_split(spec) + split_counter_bytes(spec, grid_y, merge)
 }
 
-/// Bytes of the last-block merge's or the merge blocks' counters (`RpaParams::launch_tag`): an 8-byte word per (row,
-/// head chunk), and 4 bytes that may align them after an odd count of log-sum-exps
+/// Bytes of the merge blocks' counters (`RpaParams::launch_tag`): an 8-byte word per (row, head
+/// chunk), and 4 bytes that may align them after an odd count of log-sum-exps
 /// (`split_counters_offset`); none for the other merges.
 fn split_counter_bytes(spec: &PagedAttention, grid_y: u32, merge: PartialsMerge) -> usize {
     match merge {
@@ -1574,7 +1574,7 @@ unsafe fn launch_attention(
     module.launch_function(stream, function, cfg, cluster_z, &mut args.pointers(), settings.programmatic)
 }
 
-/// A launch's tag for its words in the workspace (`RpaParams::launch_tag`: the last-block merge's
+/// A launch's tag for its words in the workspace (`RpaParams::launch_tag`: the merge blocks'
 /// counters, the warp-specialized kernel's plan state): never 0, and
 /// distinct for 2^32 - 1 launches in a row (an odd multiplier is a bijection of u32; spread over
 /// the bits so that the tag does not look like the small integers a workspace may hold).
