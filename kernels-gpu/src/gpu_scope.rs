@@ -44,25 +44,25 @@ pub unsafe fn load_relaxed_f32(src: *const f32) -> f32 {
     }
 }
 
-/// Loads a u64 with `ld.acquire.gpu`: a flag that another block publishes (after a fence, as the
-/// module docs' writer does); this thread's later loads see what the block wrote before it.
+/// Loads a u64 with `ld.relaxed.gpu`: a flag that another block publishes (after a fence, as the
+/// module docs' writer does), polled by [`wait_until_u64`].
 ///
 /// # Safety
 /// `src` must be a global address valid for 8 aligned bytes.
 #[inline(always)]
-pub unsafe fn load_acquire_u64(src: *const u64) -> u64 {
+unsafe fn load_relaxed_u64(src: *const u64) -> u64 {
     #[cfg(target_arch = "nvptx64")]
     {
         let v: u64;
-        // Not `readonly`: later memory operations must not be moved above it.
-        core::arch::asm!("ld.acquire.gpu.global.u64 {v}, [{a}];", v = out(reg64) v, a = in(reg64) src,
+        // Not `readonly`: a poll loop's loads must not be merged into one.
+        core::arch::asm!("ld.relaxed.gpu.global.u64 {v}, [{a}];", v = out(reg64) v, a = in(reg64) src,
             options(nostack));
         v
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let _ = src;
-        crate::gpu_only!("gpu_scope::load_acquire_u64")
+        crate::gpu_only!("gpu_scope::load_relaxed_u64")
     }
 }
 
@@ -78,13 +78,31 @@ pub unsafe fn publish_u64(dst: *mut u64, value: u64) {
     core::sync::atomic::AtomicU64::from_ptr(dst).store(value, core::sync::atomic::Ordering::Relaxed);
 }
 
-/// Polls the 8-byte flag at `src` with acquire loads until it holds `value` ([`publish_u64`]'s):
-/// this thread's later loads then see what the publisher's fence ordered before it.
+/// Polls the 8-byte word at `src` until `done` accepts it, and returns it: the module docs'
+/// reader, relaxed loads and one fence after the last (an acquire: this thread's later loads see
+/// what the publisher's fence ordered before its store or atomic). Not an `ld.acquire` per poll:
+/// pollers resident beside streaming blocks slowed them up to 1.8x with those
+/// (benchmarks/NOTES.md "v27.2").
 ///
 /// # Safety
-/// `src` must be a global address valid for 8 aligned bytes, and some thread must store `value`
-/// there (or the loop never ends).
+/// `src` must be a global address valid for 8 aligned bytes, and some thread must store a word
+/// `done` accepts there (or the loop never ends).
+#[inline(always)]
+pub unsafe fn wait_until_u64(src: *const u64, done: impl Fn(u64) -> bool) -> u64 {
+    loop {
+        let word = load_relaxed_u64(src);
+        if done(word) {
+            fence_acq_rel();
+            return word;
+        }
+    }
+}
+
+/// [`wait_until_u64`] for the word `value` ([`publish_u64`]'s).
+///
+/// # Safety
+/// As [`wait_until_u64`].
 #[inline(always)]
 pub unsafe fn wait_for_u64(src: *const u64, value: u64) {
-    while load_acquire_u64(src) != value {}
+    wait_until_u64(src, |word| word == value);
 }

@@ -763,9 +763,9 @@ unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, 
 /// poll's chain is longer than the programmatic launch's wait for the grid), so the host takes
 /// it on request (`XGK_RPA_MERGE_MODE=3`).
 ///
-/// Thread 0 polls the chunk's counter (relaxed loads, which never return a line an SM's L1 kept)
-/// until it carries the tag and every split's count, then fences (acquire: the partials, stored
-/// before each split's count, are seen after it); after the merge it counts the merge block in on
+/// Thread 0 waits until the chunk's counter carries the tag and every split's count
+/// ([`gpu_scope::wait_until_u64`]: the partials, stored before each split's count, are seen after
+/// it); after the merge it counts the merge block in on
 /// top, and the last of the `merge_blocks` counts leaves the word at 0 under the tag. Every block
 /// of a chunk counts in, with or without a head to merge.
 ///
@@ -778,18 +778,10 @@ unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, 
 /// ([`split_counters_offset`]); the dynamic shared memory holds [`rpa_combine_shared_bytes`].
 #[inline(always)]
 pub(crate) unsafe fn merge_block<Q: Element, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) {
-    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let (t, chunk, splits) = (block_idx_x(), block_idx_y(), p.num_splits);
     let counter = split_counter(ptr, p, t, chunk);
     if thread_idx_x() == 0 {
-        let word = AtomicU64::from_ptr(counter);
-        loop {
-            let w = word.load(Relaxed);
-            if is_tagged(w, p.launch_tag) && w & SPLIT_COUNT >= splits as u64 {
-                break;
-            }
-        }
-        gpu_scope::fence_acq_rel();
+        gpu_scope::wait_until_u64(counter, |w| is_tagged(w, p.launch_tag) && w & SPLIT_COUNT >= splits as u64);
     }
     sync_threads();
     let heads = BlockHeads::of(p, heads_per_chunk);

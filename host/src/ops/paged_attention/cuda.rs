@@ -1476,9 +1476,8 @@ unsafe fn launch_direct(
     let settings = settings()?;
     let mut params = direct_params(spec, &l, &settings);
     let merge_kernel = l.merge_kernel(spec);
-    if l.partials_in_workspace() && l.merge == PartialsMerge::Blocks {
+    if l.merge_blocks != 0 {
         params.launch_tag = next_launch_tag();
-        params.merge_blocks = l.merge_blocks;
     }
     let (part_o, part_lse) = if l.partials_in_workspace() {
         let rows = l.splits as u64 * spec.max_tokens as u64 * spec.num_q_heads as u64;
@@ -1513,6 +1512,7 @@ fn direct_params(spec: &PagedAttention, l: &DirectPlan, settings: &LaunchSetting
     params.cluster_splits = l.cluster as u32;
     params.pipe_mode = l.pipe_mode;
     params.table_preload = (l.stages > 0 && settings.table_preload) as u32;
+    params.merge_blocks = l.merge_blocks;
     params
 }
 
