@@ -622,20 +622,20 @@ fn tiled_ws_kernel_small_cases() {
     check_tiled_cases_with(KernelChoice::TiledWarpSpecialized, 24, false);
 }
 
-/// The warp-specialized kernel at head dims 64 and 128 plans in its first block, under a launch
-/// tag that a captured CUDA graph replays unchanged: every launch must leave the plan's state word
-/// free for the next. Likewise a mixed batch's decode rows apart (Auto), where the tile kernel's
-/// block 0 plans once the decode kernel's first block has published the inputs word under the
-/// tag, and the tile kernel does not wait for the decode kernel between
-/// (`XGK_RPA_DECODE_APART=2`; with `XGK_WS_PERSISTENT=0` the planning kernel publishes the plan). One call captured in a graph, then replayed once, and twice
-/// back to back (no sync between), for each of several metadata sets written into the same
-/// buffers: new KV lengths and page tables, new query splits (another plan), a decreasing
-/// `cu_q_lens` (the plan's fallback), and the first set again; each against the CPU. Then direct
-/// calls on the same workspace (that a mix's tile grid ends after its decode grid: see
+/// The warp-specialized kernel at head dims 64 and 128 plans in its first block, under a launch tag
+/// that a captured CUDA graph replays unchanged: every launch must leave the plan's state word free
+/// for the next. Likewise a mixed batch's decode rows apart (Auto), where the tile kernel's block 0
+/// plans once the decode kernel's first block has published the inputs word under the tag, and the
+/// tile kernel does not wait for the decode kernel between (`XGK_RPA_DECODE_APART=2`; with
+/// `XGK_WS_PERSISTENT=0` the planning kernel publishes the plan). One call captured in a graph,
+/// then replayed once, and twice back to back (no sync between), for each of several metadata sets
+/// written into the same buffers: new KV lengths and page tables, new query splits (another plan),
+/// a decreasing `cu_q_lens` (the plan's fallback), and the first set again; each against the CPU.
+/// Then direct calls on the same workspace (that a mix's tile grid ends after its decode grid: see
 /// `programmatic_launches_chained_through_data_match_cpu`). A prefill call is one launch (the
 /// library's count), a mix two (decode, tiles: the tile kernel's block 0 plans once the decode
-/// kernel's first block says the inputs are written); one more each with `XGK_WS_PERSISTENT=0`
-/// (the planning kernel first).
+/// kernel's first block says the inputs are written); one more each with `XGK_WS_PERSISTENT=0` (the
+/// planning kernel first).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn tiled_ws_graph_replays_follow_new_metadata() {
@@ -769,10 +769,11 @@ fn direct_calls_after_replays(
 /// A split decode call whose splits merge in the pipelined kernel's merge blocks
 /// (`XGK_RPA_MERGE_MODE=3`) counts its splits in at counters in the workspace under a launch tag
 /// that a captured CUDA graph replays unchanged: each launch must leave them at 0 under the tag for
-/// the next. Also the merge kernels' call (mode unset, two launches). One call captured, then replayed once, and twice back to back (no sync
-/// between), for several metadata sets written into the same buffers (new KV lengths and page
-/// tables, then the first set again), each against the CPU; then direct calls (fresh tags) on the
-/// same workspace. A call with merge blocks is one launch.
+/// the next. Also the merge kernels' call (mode unset, two launches). One call captured, then
+/// replayed once, and twice back to back (no sync between), for several metadata sets written into
+/// the same buffers (new KV lengths and page tables, then the first set again), each against the
+/// CPU; then direct calls (fresh tags) on the same workspace. A call with merge blocks is one
+/// launch.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn split_decode_graph_replays_follow_new_metadata() {

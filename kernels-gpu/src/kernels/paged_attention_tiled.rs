@@ -71,8 +71,9 @@ pub(crate) const PLAN_TILES_WORD: usize = 2;
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
 pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
 /// The warp-specialized kernel's plan state, where its plan is published under a tag (built by its
-/// block 0, or with decode rows apart and one block per pair by `rpa_plan_ws`): an 8-byte word at words 32
-/// and 33 (byte 128 of the plan, which is 16-byte aligned; `paged_attention_tiled_ws::plan_or_wait`).
+/// block 0, or with decode rows apart and one block per pair by `rpa_plan_ws`): an 8-byte word at
+/// words 32 and 33 (byte 128 of the plan, which is 16-byte aligned;
+/// `paged_attention_tiled_ws::plan_or_wait`).
 pub(crate) const PLAN_STATE_WORD: usize = 32;
 /// The warp-specialized kernel's count of blocks that are done with the plan.
 pub(crate) const PLAN_BLOCKS_DONE_WORD: usize = 34;

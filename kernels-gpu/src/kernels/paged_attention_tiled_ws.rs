@@ -947,19 +947,18 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
 /// The grid dependency: with no decode rows apart, every block waits for the kernel before (the
 /// plan reads its inputs, and the other blocks' acquire then orders them too). With decode rows
 /// apart none waits here (the decode kernel's rows are not this kernel's): with `decode_apart` 2
-/// block 0's thread 0 first polls the plan header's inputs word until the decode kernel's block
-/// (0, 0, 0) has published it under the tag after its own wait (`publish_inputs_ready`), then
-/// frees it for a replay; with 1 the published plan, written after the planning kernel's own
-/// wait, orders the inputs. That step relies on the earlier kernels' writes having reached L2
-/// (they have completed) and on acquire-release carrying them from the publishing thread to this
-/// grid; PTX promises the wait's visibility to the waiting grid only (benchmarks/NOTES.md "v25",
-/// review). Every thread then fences its generic view of global memory before the bulk
-/// (async-proxy) loads of Q and K/V (`fence.proxy.async.global`). The decode kernel never reads
-/// the plan: where it falls back (a decreasing `cu_q_lens`, every row the plan's), every block
-/// waits for the decode grid before it writes. With decode rows apart the waiters are live: this grid starts only once
+/// block 0's thread 0 first polls the plan header's inputs word until the decode kernel's block (0,
+/// 0, 0) has published it under the tag after its own wait (`publish_inputs_ready`), then frees it
+/// for a replay; with 1 the published plan, written after the planning kernel's own wait, orders
+/// the inputs. That step relies on the earlier kernels' writes having reached L2 (they have
+/// completed) and on acquire-release carrying them from the publishing thread to this grid; PTX
+/// promises the wait's visibility to the waiting grid only (benchmarks/NOTES.md "v25", review).
+/// Every thread then fences its generic view of global memory before the bulk (async-proxy) loads
+/// of Q and K/V (`fence.proxy.async.global`). The decode kernel never reads the plan: where it
+/// falls back (a decreasing `cu_q_lens`, every row the plan's), every block waits for the decode
+/// grid before it writes. With decode rows apart the waiters are live: this grid starts only once
 /// every decode block has (block (0, 0, 0), the inputs' publisher, among them), and with 1 the
-/// decode grid only once the planning kernel's one block has, so the publisher is running or
-/// done.
+/// decode grid only once the planning kernel's one block has, so the publisher is running or done.
 ///
 /// # Safety
 /// Every thread of the block calls it once, before anything else uses the block's shared memory
