@@ -80,7 +80,9 @@ impl Shape {
 const SHAPES: [Shape; 5] = [
     // one sequence, 128 keys: one kernel
     Shape { name: "decode_1x128", rows: 1, seqs: 1, pages_per_seq: 8, pool_pages: 64 },
-    // one sequence, 32k keys: split-KV kernel + merge
+    // one sequence, 32k keys: split-KV kernel, its partials merged by merge blocks of its own
+    // grid (the default outside stream capture; the merge kernel after it with
+    // XGK_RPA_MERGE_MODE=0)
     Shape { name: "decode_1x32k", rows: 1, seqs: 1, pages_per_seq: 2048, pool_pages: 2048 },
     // 64 sequences, 2k keys
     Shape { name: "decode_64x2k", rows: 64, seqs: 64, pages_per_seq: 128, pool_pages: 8192 },

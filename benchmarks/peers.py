@@ -465,7 +465,7 @@ VARIANT_OPTIONS = {
     "cl": "XGK_RPA_CLUSTER_MERGE",     # cluster merge of the splits: 0 off, 1 on
     "pb": "XGK_RPA_PLAN_BLOCKS",       # resident blocks per SM the split model plans with
     "pm": "XGK_RPA_PIPE_MODE",         # pipelined copies: 0 block barrier per tile, 1 per key group
-    "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 merge blocks
+    "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 merge blocks, 4 by capture
     "tp": "XGK_RPA_TABLE_PRELOAD",     # first tiles' page-table entries loaded with the row: 0 off, 1 on
     "kr": "XGK_RPA_KEY_ROWS",          # keys as mma rows (groups <= 8): 0 never, 1 16-bit KV, 2 fp8 too
     "da": "XGK_RPA_DECODE_APART",      # a mixed batch's decode rows in the decode kernel: 0 off, 1 on, 2 overlapped

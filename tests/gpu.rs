@@ -466,12 +466,15 @@ fn pipelined_cluster_and_kernel_merges_match_cpu() {
         println!("active clusters (size, clusters) of {name} with 3 stages: {active:?}");
     }
     let mut clustered = 0;
-    // Merge modes: "" by split count, "1" the loop kernel, "2" the group kernel, "3" in the
+    // Merge modes: "0" by split count, "1" the loop kernel, "2" the group kernel, "3" in the
     // kernel's merge blocks (with the merge priced at nothing, for the most splits: several rounds
-    // of the group merge's loads at head_dim 256).
+    // of the group merge's loads at head_dim 256); "" the default, merge blocks for these direct
+    // calls.
     let modes = [
         ("1", "65536", ""),
         ("1", "", ""),
+        ("0", "", "0"),
+        ("0", "", ""),
         ("0", "", "1"),
         ("0", "", "2"),
         ("0", "0", "2"),
@@ -769,11 +772,12 @@ fn direct_calls_after_replays(
 /// A split decode call whose splits merge in the pipelined kernel's merge blocks
 /// (`XGK_RPA_MERGE_MODE=3`) counts its splits in at counters in the workspace under a launch tag
 /// that a captured CUDA graph replays unchanged: each launch must leave them at 0 under the tag for
-/// the next. Also the merge kernels' call (mode unset, two launches). One call captured, then
-/// replayed once, and twice back to back (no sync between), for several metadata sets written into
-/// the same buffers (new KV lengths and page tables, then the first set again), each against the
-/// CPU; then direct calls (fresh tags) on the same workspace. A call with merge blocks is one
-/// launch.
+/// the next. Also the merge kernels' call (mode 0, two launches), and the default (mode unset):
+/// merge blocks for a direct call, the merge kernel under capture, on one workspace sized for
+/// both. One call captured, then replayed once, and twice back to back (no sync between), for
+/// several metadata sets written into the same buffers (new KV lengths and page tables, then the
+/// first set again), each against the CPU; then direct calls (fresh tags) on the same workspace.
+/// A call with merge blocks is one launch.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn split_decode_graph_replays_follow_new_metadata() {
@@ -783,7 +787,9 @@ fn split_decode_graph_replays_follow_new_metadata() {
     let mut replays = 0;
     const SEQS: &[(usize, usize)] = &[(1, 3000), (1, 200), (1, 1500), (1, 0)];
     for (mode, shape, q_dtype) in [
+        ("0", (128, 2, 4), DType::BF16),
         ("", (128, 2, 4), DType::BF16),
+        ("", (64, 1, 8), DType::F16),
         ("3", (128, 2, 4), DType::BF16),
         ("3", (64, 1, 8), DType::F16),
         ("3", (128, 1, 16), DType::BF16),
@@ -795,7 +801,12 @@ fn split_decode_graph_replays_follow_new_metadata() {
         other.kv_lens = (0..SEQS.len()).map(|_| rng.gen_range(1..=3000)).collect();
         other.kv_lens.resize(base.max_num_seqs, 0);
         other.page_indices.shuffle(&mut rng);
-        let in_kernel = mode == "3";
+        // Launches of a direct call and of a captured one.
+        let (direct_launches, captured_launches) = match mode {
+            "0" => (2, 2),
+            "" => (1, 2),
+            _ => (1, 1),
+        };
         with_setting(CLUSTER_MERGE_ENV_VAR, "0", || {
             with_setting(MERGE_MODE_ENV_VAR, mode, || {
                 let what = format!("merge mode {mode:?}, d{head_dim} group {group}");
@@ -809,12 +820,15 @@ fn split_decode_graph_replays_follow_new_metadata() {
                 let bufs = inputs.buffers(&stream, &q, &out, Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes });
                 let before = launch_count();
                 unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
-                assert_eq!(launch_count() - before, if in_kernel { 1 } else { 2 }, "{what}: launches of one call");
+                assert_eq!(launch_count() - before, direct_launches, "{what}: launches of a direct call");
                 stream.synchronize().unwrap();
                 stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
+                let before = launch_count();
                 let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };
+                let captured = launch_count() - before;
                 let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
                 launched.unwrap();
+                assert_eq!(captured, captured_launches, "{what}: launches of a captured call");
                 let sets = [("base", &base), ("other", &other), ("base again", &base)];
                 replays += replay_with_new_metadata(&stream, &graph, &mut inputs, &mut out, &sets, &what);
                 direct_calls_after_replays(&stream, &base, bufs, kernel, &mut out, &what);

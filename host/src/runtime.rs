@@ -655,6 +655,18 @@ unsafe fn stream_context(stream: CUstream) -> Result<CUcontext> {
     Ok(ctx)
 }
 
+/// Whether `stream` is being captured into a CUDA graph (`cuStreamIsCapturing`: active, or a
+/// capture already invalidated, which fails at its end whatever is enqueued). Work enqueued under
+/// capture is paid for in host time once, at the capture, and in device time at every replay.
+///
+/// # Safety
+/// As [`KernelModule::for_stream`].
+pub unsafe fn stream_is_capturing(stream: CUstream) -> Result<bool> {
+    // SAFETY: the stream is live (caller's contract).
+    let status = unsafe { cu::stream::is_capturing(stream) }.map_err(|e| Error::cuda("cuStreamIsCapturing", e))?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// Makes a context current for a scope, restoring the previous one on drop.
 struct ContextGuard {
     pushed: bool,

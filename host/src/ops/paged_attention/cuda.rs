@@ -28,7 +28,9 @@ use crate::dtype::DType;
 use crate::ensure;
 use crate::error::Result;
 use crate::ops::aligned;
-use crate::runtime::{CUfunction, ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap};
+use crate::runtime::{
+    stream_is_capturing, CUfunction, ContextModule, KernelArgs, KernelModule, LaunchConfig, Stream, TiledTensorMap,
+};
 
 /// Device pointers of one call, in the contract's order, plus the output.
 #[derive(Clone, Copy, Debug)]
@@ -339,17 +341,27 @@ pub fn default_pipe_mode(
 }
 
 /// Environment variable choosing how split partials in the workspace are merged (splits that run
-/// as a cluster merge in it whatever this says): `0` (default) [`PartialsMerge::auto`]; `1` the
-/// loop merge kernel, `2` the group merge kernel; `3` in the pipelined kernel's merge blocks,
-/// slices of its grid after the splits (`RpaParams::merge_blocks`; the other kernels take the
-/// default's merge kernel). Tests run every mode. Mode 3 makes a split call one launch (host cost
-/// of the 1 x 32k call on an H200 3.5 against 6.1-6.9 µs), but its merge ends 0.4-0.8 µs later
-/// on the device on the single-row split cells (1 x 8k 14.4 against 13.7 µs, 1 x 32k 40.0
-/// against 39.3), 1-2 µs on 4 x 32k (benchmarks/NOTES.md "v27"; the last-block merge that mode 3
-/// was before lost 0.3-4 µs, "v15"), so the default keeps the merge kernels: device time is what
-/// a decode step pays under CUDA graphs, and a split call's second launch overlaps its first
-/// kernel.
+/// as a cluster merge in it whatever this says): `0` the merge kernels by split count
+/// ([`PartialsMerge::auto`]); `1` the loop merge kernel, `2` the group merge kernel; `3` in the
+/// pipelined kernel's merge blocks, slices of its grid after the splits
+/// (`RpaParams::merge_blocks`; the other kernels take mode 0's merge kernel); `4`
+/// ([`DEFAULT_MERGE_MODE`]) by where the call is enqueued: mode 3 for a call outside stream
+/// capture, mode 0 for a call captured into a CUDA graph. Tests run every mode.
+///
+/// Why the default asks: merge blocks make a split call one launch, and a launch is most of a
+/// call's host cost (1 x 32k on an H200: 3.5-4.2 µs against 6.1-8.6 with the merge kernel), but
+/// their merge ends ~0.65 µs later on the device on the single-row split cells (1 x 8k 14.1
+/// against 13.5 µs), ~1 µs on 4 x 32k (benchmarks/NOTES.md "v27"). A call enqueued directly pays
+/// its host cost every time; a captured one pays it once, at the capture, and only device time at
+/// each replay (CUDA graphs, JAX's command buffers, `torch.compile`'s reduce-overhead mode).
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
+
+/// [`MERGE_MODE_ENV_VAR`]'s value that takes the merge blocks outside stream capture and the
+/// merge kernels under it: the default.
+pub const MERGE_BY_CAPTURE: u32 = 4;
+
+/// Default of [`MERGE_MODE_ENV_VAR`].
+const DEFAULT_MERGE_MODE: u32 = MERGE_BY_CAPTURE;
 
 /// Environment variable switching the pipelined kernel's page-table preload off (`0`) or on (`1`,
 /// the default; `RpaParams::table_preload`): the entries of a block's first tiles load together
@@ -470,7 +482,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
         pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
-        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, 0, 0..=3)?,
+        merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, DEFAULT_MERGE_MODE, 0..=MERGE_BY_CAPTURE)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
         decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
@@ -490,10 +502,17 @@ struct PlanKey {
     attrs: [u64; 6],
     choice: KernelChoice,
     limit: Option<usize>,
+    captured: bool,
 }
 
 impl PlanKey {
-    fn new(module: &ContextModule, spec: &PagedAttention, choice: KernelChoice, limit: Option<usize>) -> Self {
+    fn new(
+        module: &ContextModule,
+        spec: &PagedAttention,
+        choice: KernelChoice,
+        limit: Option<usize>,
+        captured: bool,
+    ) -> Self {
         let a = &spec.attrs;
         let opt = |v: Option<f32>| v.map_or(u64::MAX, |x| x.to_bits() as u64);
         PlanKey {
@@ -520,6 +539,7 @@ impl PlanKey {
             ],
             choice,
             limit,
+            captured,
         }
     }
 }
@@ -565,13 +585,17 @@ static SETTINGS_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::At
 /// A plan memo entry: the settings generation, the key, the plan.
 type MemoPlan = Option<(u64, PlanKey, ResolvedPlan)>;
 
+/// Plans in a thread's memo ([`LAST_PLANS`]).
+const MEMO_PLANS: usize = 4;
+
 thread_local! {
-    /// The plans of this thread's last two lookups (with their keys and settings generation): a
+    /// The plans of this thread's last lookups (with their keys and settings generation): a
     /// model's layers call the op with the same shapes one after another, so most calls find
-    /// their plan here, with no lock and no hashing (host cost per call, issue 9). Two, because
-    /// a torch call looks its plan up twice: for the workspace's size (no limit) and to launch
-    /// (with the workspace as the limit).
-    static LAST_PLANS: std::cell::Cell<[MemoPlan; 2]> = const { std::cell::Cell::new([None, None]) };
+    /// their plan here, with no lock and no hashing (host cost per call, issue 9). Four, because
+    /// a torch call looks its plan up several times: for the workspace's size (no limit; a split
+    /// call merged by blocks outside capture also for its captured plan, [`workspace_bytes_with`])
+    /// and to launch (with the workspace as the limit).
+    static LAST_PLANS: std::cell::Cell<[MemoPlan; MEMO_PLANS]> = const { std::cell::Cell::new([None; MEMO_PLANS]) };
 }
 
 /// [`plan_launch`], cached, with its kernels resolved. `module` lives as long as the process
@@ -581,8 +605,9 @@ fn cached_plan(
     spec: &PagedAttention,
     choice: KernelChoice,
     limit: Option<usize>,
+    captured: bool,
 ) -> Result<ResolvedPlan> {
-    let key = PlanKey::new(module, spec, choice, limit);
+    let key = PlanKey::new(module, spec, choice, limit, captured);
     // Read before any plan is looked up or made, so a reload meanwhile leaves the memo stale.
     let generation = SETTINGS_GENERATION.load(std::sync::atomic::Ordering::Acquire);
     let memo = LAST_PLANS.with(|last| last.get());
@@ -595,7 +620,7 @@ fn cached_plan(
     let plan = match cached {
         Some(plan) => plan,
         None => {
-            let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit, false)?)?;
+            let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit, false, captured)?)?;
             let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= PLAN_CACHE_ENTRIES {
                 cache.clear();
@@ -604,7 +629,10 @@ fn cached_plan(
             plan
         }
     };
-    LAST_PLANS.with(|last| last.set([Some((generation, key, plan)), memo[0]]));
+    let mut next = [None; MEMO_PLANS];
+    next[0] = Some((generation, key, plan));
+    next[1..].copy_from_slice(&memo[..MEMO_PLANS - 1]);
+    LAST_PLANS.with(|last| last.set(next));
     Ok(plan)
 }
 
@@ -846,12 +874,14 @@ impl PartialsMerge {
     }
 
     /// The merge for `mode` ([`MERGE_MODE_ENV_VAR`]) and `splits` splits; `blocks`: whether the
-    /// kernel's grid can hold merge blocks (the pipelined kernel).
-    fn for_mode(mode: u32, splits: u32, blocks: bool) -> Self {
+    /// kernel's grid can hold merge blocks (the pipelined kernel); `captured`: whether the call
+    /// is enqueued under stream capture.
+    fn for_mode(mode: u32, splits: u32, blocks: bool, captured: bool) -> Self {
         match mode {
             1 => PartialsMerge::LoopKernel,
             2 => PartialsMerge::GroupKernel,
             3 if blocks => PartialsMerge::Blocks,
+            MERGE_BY_CAPTURE if blocks && !captured => PartialsMerge::Blocks,
             _ => PartialsMerge::auto(splits),
         }
     }
@@ -976,7 +1006,7 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
 /// merged in clusters or not split (no workspace: the tile plan's is the call's).
 fn plan_apart_decode(module: &ContextModule, spec: &PagedAttention) -> Result<DirectPlan> {
     let sequences = PagedAttention { max_tokens: spec.max_num_seqs, ..*spec };
-    match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0), true)? {
+    match plan_launch(module, &sequences, KernelChoice::Pipelined, Some(0), true, false)? {
         LaunchPlan::Direct(d) if !d.partials_in_workspace() => Ok(d),
         other => Err(crate::Error::invalid(format!("decode rows apart: unexpected plan {other:?}"))),
     }
@@ -1007,13 +1037,15 @@ pub fn wgmma_tiles_preferred(spec: &PagedAttention) -> bool {
 
 /// Decides the launch. `limit`: the bytes of a caller-given workspace (`None`: memory is
 /// allocated to fit); splits shrink to fit it, and an Auto-chosen tiled kernel whose plan does not
-/// fit gives way to the next kernel.
+/// fit gives way to the next kernel. `captured`: the call is enqueued under stream capture (the
+/// default merge of split partials asks, [`MERGE_MODE_ENV_VAR`]).
 fn plan_launch(
     module: &ContextModule,
     spec: &PagedAttention,
     choice: KernelChoice,
     limit: Option<usize>,
     by_sequence: bool,
+    captured: bool,
 ) -> Result<LaunchPlan> {
     // The pipelined kernel on a grid of sequences ([`plan_apart_decode`]): its own kernel, planned
     // with its own occupancy.
@@ -1150,7 +1182,7 @@ fn plan_launch(
     let merge_mode = settings()?.merge_mode;
     let pipelined = kernel == KernelChoice::Pipelined;
     let heads = heads_per_block.min(group);
-    let mut merge = PartialsMerge::for_mode(merge_mode, splits, pipelined);
+    let mut merge = PartialsMerge::for_mode(merge_mode, splits, pipelined, captured);
     if let Some(bytes) = limit.filter(|_| !cluster) {
         if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
@@ -1159,7 +1191,7 @@ fn plan_launch(
             let granule = if pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
             split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
             splits = max_keys.max(1).div_ceil(split_len);
-            merge = PartialsMerge::for_mode(merge_mode, splits, pipelined);
+            merge = PartialsMerge::for_mode(merge_mode, splits, pipelined, captured);
             if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
                 (splits, split_len) = (1, max_keys.max(1).next_multiple_of(granule));
             }
@@ -1359,9 +1391,10 @@ fn choose_pipe_stages(
 }
 
 /// Bytes of workspace a call of `spec` needs on CUDA device `ordinal` with the configured kernel
-/// choice ([`KernelChoice::configured`]): what [`Workspace::Given`] should hold. Loads the module into the device's
-/// primary context (so a later launch under stream capture finds it loaded). Zero when the call
-/// needs no temporary memory.
+/// choice ([`KernelChoice::configured`]): what [`Workspace::Given`] should hold, enqueued
+/// directly or under stream capture. Loads the module into the device's primary context (so a
+/// later launch under stream capture finds it loaded). Zero when the call needs no temporary
+/// memory.
 pub fn workspace_bytes(kernels: &KernelModule, ordinal: i32, spec: &PagedAttention) -> Result<usize> {
     workspace_bytes_with(kernels, ordinal, spec, KernelChoice::configured()?)
 }
@@ -1379,8 +1412,21 @@ pub fn workspace_bytes_with(
     let module = kernels.for_device(ordinal)?;
     // Resolved (the kernels looked up) now too, so a launch under stream capture makes no
     // first-use calls; cached, as the torch kernel asks at every call.
-    let resolved = cached_plan(&module, spec, choice, None)?;
-    Ok(resolved.plan.scratch_bytes(spec))
+    let direct = cached_plan(&module, spec, choice, None, false)?;
+    let mut bytes = direct.plan.scratch_bytes(spec);
+    if plan_asks_for_capture(&direct.plan)? {
+        // One workspace for both: XLA sizes it once, from the static shapes.
+        let captured = cached_plan(&module, spec, choice, None, true)?;
+        bytes = bytes.max(captured.plan.scratch_bytes(spec));
+    }
+    Ok(bytes)
+}
+
+/// Whether a call whose plan outside stream capture is `direct` takes another plan under capture:
+/// the default merge of split partials ([`MERGE_BY_CAPTURE`]) where the direct plan merges them in
+/// merge blocks.
+fn plan_asks_for_capture(direct: &LaunchPlan) -> Result<bool> {
+    Ok(matches!(direct, LaunchPlan::Direct(d) if d.merge_blocks != 0) && settings()?.merge_mode == MERGE_BY_CAPTURE)
 }
 
 /// Enqueues the op on `stream` (one kernel, or two with a split-KV merge or the tiled plan).
@@ -1430,7 +1476,11 @@ pub unsafe fn launch_cuda_with(
         return Ok(());
     }
     let module = kernels.for_stream(stream)?;
-    let resolved = cached_plan(&module, spec, choice, limit)?;
+    let mut resolved = cached_plan(&module, spec, choice, limit, false)?;
+    // Asked only where the answer changes the plan (split calls), so other calls skip the query.
+    if plan_asks_for_capture(&resolved.plan)? && stream_is_capturing(stream)? {
+        resolved = cached_plan(&module, spec, choice, limit, true)?;
+    }
     let needed = resolved.plan.scratch_bytes(spec);
     let (scratch, owned) = match bufs.workspace {
         _ if needed == 0 => (0, None),
@@ -1965,13 +2015,22 @@ mod tests {
 
     #[test]
     fn merge_modes_and_the_merge_blocks_workspace() {
-        // Mode 0 by split count; mode 3 only where the kernel's grid can hold merge blocks.
-        assert_eq!(PartialsMerge::for_mode(0, 16, true), PartialsMerge::LoopKernel);
-        assert_eq!(PartialsMerge::for_mode(0, 17, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(2, 4, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(3, 47, true), PartialsMerge::Blocks);
-        assert_eq!(PartialsMerge::for_mode(3, 47, false), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(3, 8, false), PartialsMerge::LoopKernel);
+        // Mode 0 by split count; mode 3 only where the kernel's grid can hold merge blocks; mode 4
+        // (the default) as mode 3 outside stream capture, as mode 0 under it. Captured or not
+        // changes nothing else.
+        for captured in [false, true] {
+            assert_eq!(PartialsMerge::for_mode(0, 16, true, captured), PartialsMerge::LoopKernel);
+            assert_eq!(PartialsMerge::for_mode(0, 17, true, captured), PartialsMerge::GroupKernel);
+            assert_eq!(PartialsMerge::for_mode(2, 4, true, captured), PartialsMerge::GroupKernel);
+            assert_eq!(PartialsMerge::for_mode(3, 47, true, captured), PartialsMerge::Blocks);
+            assert_eq!(PartialsMerge::for_mode(3, 47, false, captured), PartialsMerge::GroupKernel);
+            assert_eq!(PartialsMerge::for_mode(3, 8, false, captured), PartialsMerge::LoopKernel);
+            assert_eq!(PartialsMerge::for_mode(4, 8, false, captured), PartialsMerge::LoopKernel);
+        }
+        assert_eq!(PartialsMerge::for_mode(4, 47, true, false), PartialsMerge::Blocks);
+        assert_eq!(PartialsMerge::for_mode(4, 47, true, true), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(4, 8, true, true), PartialsMerge::LoopKernel);
+        assert_eq!(DEFAULT_MERGE_MODE, MERGE_BY_CAPTURE);
         // The counters follow the partials: 8 bytes per (row, head chunk), 4 for alignment.
         // One decode row, 32 q / 8 KV heads, head_dim 128.
         let spec =
