@@ -345,15 +345,19 @@ pub fn default_pipe_mode(
 /// ([`PartialsMerge::auto`]); `1` the loop merge kernel, `2` the group merge kernel; `3` in the
 /// pipelined kernel's merge blocks, slices of its grid after the splits
 /// (`RpaParams::merge_blocks`; the other kernels take mode 0's merge kernel); `4`
-/// ([`DEFAULT_MERGE_MODE`]) by where the call is enqueued: mode 3 for a call outside stream
-/// capture, mode 0 for a call captured into a CUDA graph. Tests run every mode.
+/// ([`DEFAULT_MERGE_MODE`]) by where the call is enqueued and how long it is: mode 3 for a call
+/// outside stream capture that reads at most [`ONE_LAUNCH_MAX_KV_BYTES`] of KV, mode 0 for
+/// longer calls and for a call captured into a CUDA graph. Tests run every mode.
 ///
 /// Why the default asks: merge blocks make a split call one launch, and a launch is most of a
-/// call's host cost (1 x 32k on an H200: 3.5-4.2 µs against 6.1-8.6 with the merge kernel), but
-/// their merge ends ~0.65 µs later on the device on the single-row split cells (1 x 8k 14.1
-/// against 13.5 µs), ~1 µs on 4 x 32k (benchmarks/NOTES.md "v27"). A call enqueued directly pays
-/// its host cost every time; a captured one pays it once, at the capture, and only device time at
-/// each replay (CUDA graphs, JAX's command buffers, `torch.compile`'s reduce-overhead mode).
+/// call's host cost (1 x 32k on an H200: 3.5-4.7 µs against 6.1-8.6 with the merge kernel), but
+/// their merge ends ~0.65 µs later on the device on the single-row split cells (1 x 8k 14.0
+/// against 13.4 µs), ~1 µs on 4 x 32k (benchmarks/NOTES.md "v27", "v28"). A call enqueued
+/// directly pays its host cost every time; a captured one pays it once, at the capture, and only
+/// device time at each replay (CUDA graphs, JAX's command buffers, `torch.compile`'s
+/// reduce-overhead mode). Direct calls back to back (torch, CUDA events per call, "v28.1"): 1 x
+/// 8k 1.1 µs faster with merge blocks (the host is the bound), 4 x 32k 2.2 µs slower (the device
+/// is).
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
 /// [`MERGE_MODE_ENV_VAR`]'s value that takes the merge blocks outside stream capture and the
@@ -362,6 +366,23 @@ pub const MERGE_BY_CAPTURE: u32 = 4;
 
 /// Default of [`MERGE_MODE_ENV_VAR`].
 const DEFAULT_MERGE_MODE: u32 = MERGE_BY_CAPTURE;
+
+/// Most bytes of KV (bounded from the static shapes, [`kv_read_bound`]) that a direct split call
+/// may read for [`MERGE_BY_CAPTURE`] to merge it in merge blocks: ~60 µs of streaming on an H200,
+/// past which the device, not the host's second launch, bounds calls back to back.
+pub const ONE_LAUNCH_MAX_KV_BYTES: u64 = 256 << 20;
+
+/// Bytes of KV a call of `spec` reads at most: every row its longest sequence's keys, K and V of
+/// every KV head.
+fn kv_read_bound(spec: &PagedAttention) -> u64 {
+    let kv_bytes = spec.kv_dtype.size_bytes().unwrap_or(2) as u64;
+    spec.max_tokens as u64
+        * spec.max_visited_keys() as u64
+        * spec.num_kv_heads as u64
+        * spec.head_dim as u64
+        * 2
+        * kv_bytes
+}
 
 /// Environment variable switching the pipelined kernel's page-table preload off (`0`) or on (`1`,
 /// the default; `RpaParams::table_preload`): the entries of a block's first tiles load together
@@ -874,14 +895,15 @@ impl PartialsMerge {
     }
 
     /// The merge for `mode` ([`MERGE_MODE_ENV_VAR`]) and `splits` splits; `blocks`: whether the
-    /// kernel's grid can hold merge blocks (the pipelined kernel); `captured`: whether the call
-    /// is enqueued under stream capture.
-    fn for_mode(mode: u32, splits: u32, blocks: bool, captured: bool) -> Self {
+    /// kernel's grid can hold merge blocks (the pipelined kernel); `host_bound`: whether the
+    /// call's host cost outweighs the merge blocks' device cost (a short call enqueued outside
+    /// stream capture).
+    fn for_mode(mode: u32, splits: u32, blocks: bool, host_bound: bool) -> Self {
         match mode {
             1 => PartialsMerge::LoopKernel,
             2 => PartialsMerge::GroupKernel,
             3 if blocks => PartialsMerge::Blocks,
-            MERGE_BY_CAPTURE if blocks && !captured => PartialsMerge::Blocks,
+            MERGE_BY_CAPTURE if blocks && host_bound => PartialsMerge::Blocks,
             _ => PartialsMerge::auto(splits),
         }
     }
@@ -1182,7 +1204,8 @@ fn plan_launch(
     let merge_mode = settings()?.merge_mode;
     let pipelined = kernel == KernelChoice::Pipelined;
     let heads = heads_per_block.min(group);
-    let mut merge = PartialsMerge::for_mode(merge_mode, splits, pipelined, captured);
+    let host_bound = !captured && kv_read_bound(spec) <= ONE_LAUNCH_MAX_KV_BYTES;
+    let mut merge = PartialsMerge::for_mode(merge_mode, splits, pipelined, host_bound);
     if let Some(bytes) = limit.filter(|_| !cluster) {
         if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
             // Fewer, longer splits: as many as the workspace holds, in whole tiles.
@@ -1191,7 +1214,7 @@ fn plan_launch(
             let granule = if pipelined { PIPE_TILE_KEYS } else { RPA_WARPS };
             split_len = max_keys.max(1).div_ceil(fit.max(1)).next_multiple_of(granule);
             splits = max_keys.max(1).div_ceil(split_len);
-            merge = PartialsMerge::for_mode(merge_mode, splits, pipelined, captured);
+            merge = PartialsMerge::for_mode(merge_mode, splits, pipelined, host_bound);
             if split_scratch_bytes(spec, splits, grid_y, merge) > bytes {
                 (splits, split_len) = (1, max_keys.max(1).next_multiple_of(granule));
             }
@@ -2016,20 +2039,20 @@ mod tests {
     #[test]
     fn merge_modes_and_the_merge_blocks_workspace() {
         // Mode 0 by split count; mode 3 only where the kernel's grid can hold merge blocks; mode 4
-        // (the default) as mode 3 outside stream capture, as mode 0 under it. Captured or not
-        // changes nothing else.
-        for captured in [false, true] {
-            assert_eq!(PartialsMerge::for_mode(0, 16, true, captured), PartialsMerge::LoopKernel);
-            assert_eq!(PartialsMerge::for_mode(0, 17, true, captured), PartialsMerge::GroupKernel);
-            assert_eq!(PartialsMerge::for_mode(2, 4, true, captured), PartialsMerge::GroupKernel);
-            assert_eq!(PartialsMerge::for_mode(3, 47, true, captured), PartialsMerge::Blocks);
-            assert_eq!(PartialsMerge::for_mode(3, 47, false, captured), PartialsMerge::GroupKernel);
-            assert_eq!(PartialsMerge::for_mode(3, 8, false, captured), PartialsMerge::LoopKernel);
-            assert_eq!(PartialsMerge::for_mode(4, 8, false, captured), PartialsMerge::LoopKernel);
+        // (the default) as mode 3 for a host-bound call (short, outside stream capture), else as
+        // mode 0. Host-bound or not changes nothing else.
+        for host_bound in [false, true] {
+            assert_eq!(PartialsMerge::for_mode(0, 16, true, host_bound), PartialsMerge::LoopKernel);
+            assert_eq!(PartialsMerge::for_mode(0, 17, true, host_bound), PartialsMerge::GroupKernel);
+            assert_eq!(PartialsMerge::for_mode(2, 4, true, host_bound), PartialsMerge::GroupKernel);
+            assert_eq!(PartialsMerge::for_mode(3, 47, true, host_bound), PartialsMerge::Blocks);
+            assert_eq!(PartialsMerge::for_mode(3, 47, false, host_bound), PartialsMerge::GroupKernel);
+            assert_eq!(PartialsMerge::for_mode(3, 8, false, host_bound), PartialsMerge::LoopKernel);
+            assert_eq!(PartialsMerge::for_mode(4, 8, false, host_bound), PartialsMerge::LoopKernel);
         }
-        assert_eq!(PartialsMerge::for_mode(4, 47, true, false), PartialsMerge::Blocks);
-        assert_eq!(PartialsMerge::for_mode(4, 47, true, true), PartialsMerge::GroupKernel);
-        assert_eq!(PartialsMerge::for_mode(4, 8, true, true), PartialsMerge::LoopKernel);
+        assert_eq!(PartialsMerge::for_mode(4, 47, true, true), PartialsMerge::Blocks);
+        assert_eq!(PartialsMerge::for_mode(4, 47, true, false), PartialsMerge::GroupKernel);
+        assert_eq!(PartialsMerge::for_mode(4, 8, true, false), PartialsMerge::LoopKernel);
         assert_eq!(DEFAULT_MERGE_MODE, MERGE_BY_CAPTURE);
         // The counters follow the partials: 8 bytes per (row, head chunk), 4 for alignment.
         // One decode row, 32 q / 8 KV heads, head_dim 128.
@@ -2039,6 +2062,11 @@ mod tests {
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::GroupKernel), partials);
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::Blocks), partials + 4 + 8 * 8);
         assert_eq!(split_scratch_bytes(&spec, 1, 8, PartialsMerge::Blocks), 0);
+        // The default's one-launch bound: 1 x 32k (128 MiB of bf16 KV) within, 4 x 32k not.
+        let long = PagedAttention { pages_per_seq: 2048, ..spec };
+        assert_eq!(kv_read_bound(&long), 128 << 20);
+        assert!(kv_read_bound(&long) <= ONE_LAUNCH_MAX_KV_BYTES);
+        assert!(kv_read_bound(&PagedAttention { max_tokens: 4, ..long }) > ONE_LAUNCH_MAX_KV_BYTES);
     }
 
     #[test]
