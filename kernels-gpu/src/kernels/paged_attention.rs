@@ -759,9 +759,10 @@ unsafe fn preload_split_counter<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, 
 /// all counted in ([`count_split_in`]). A split call is then one launch, and its merge is spread
 /// over a block per (row, query head) as the merge kernel's; the last-block merge it replaced
 /// had one per chunk, after a longer chain (benchmarks/NOTES.md "v15", "v27"). On an H200 it
-/// costs 0.4-0.8 µs more device time than the merge kernel on the single-row split cells (the
+/// costs ~0.65 µs more device time than the merge kernel on the single-row split cells (the
 /// poll's chain is longer than the programmatic launch's wait for the grid), so the host takes
-/// it on request (`XGK_RPA_MERGE_MODE=3`).
+/// it where the launch it saves is what the call waits for: short calls enqueued outside stream
+/// capture by default, every split call with `XGK_RPA_MERGE_MODE=3` ("v28").
 ///
 /// Thread 0 waits until the chunk's counter carries the tag and every split's count
 /// ([`gpu_scope::wait_until_u64`]: the partials, stored before each split's count, are seen after

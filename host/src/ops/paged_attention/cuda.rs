@@ -360,8 +360,9 @@ pub fn default_pipe_mode(
 /// is).
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
-/// [`MERGE_MODE_ENV_VAR`]'s value that takes the merge blocks outside stream capture and the
-/// merge kernels under it: the default.
+/// [`MERGE_MODE_ENV_VAR`]'s value that takes the merge blocks for direct calls of at most
+/// [`ONE_LAUNCH_MAX_KV_BYTES`] and the merge kernels under stream capture and for longer calls:
+/// the default.
 pub const MERGE_BY_CAPTURE: u32 = 4;
 
 /// Default of [`MERGE_MODE_ENV_VAR`].
