@@ -464,6 +464,7 @@ VARIANT_OPTIONS = {
     "st": "XGK_RPA_STAGES",            # the pipelined kernel's K/V stages (2-8)
     "cl": "XGK_RPA_CLUSTER_MERGE",     # cluster merge of the splits: 0 off, 1 on
     "pb": "XGK_RPA_PLAN_BLOCKS",       # resident blocks per SM the split model plans with
+    "fg": "XGK_RPA_FULL_GRID_SPLITS",  # 1: split grids whose unsplit rows fill the SMs (default 0: whole rows)
     "pm": "XGK_RPA_PIPE_MODE",         # pipelined copies: 0 block barrier per tile, 1 per key group
     "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 merge blocks, 4 by capture
     "tp": "XGK_RPA_TABLE_PRELOAD",     # first tiles' page-table entries loaded with the row: 0 off, 1 on
@@ -488,7 +489,7 @@ class Ours:
     """Our torch op with one kernel variant: `auto`, `tiled`, `tiled-wgmma` (sm_90a), `pipelined`,
     `mma` or `general`, then options after colons: `nopdl` for launches without programmatic
     dependent launch (`XGK_PDL=0`), or a `VARIANT_OPTIONS` prefix with a number (`h<N>`, `ms<N>`,
-    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `pm<N>`, `mm<N>`, `tp<N>`, `kr<N>`, `da<N>`: see the table for their
+    `mc<N>`, `pp<N>`, `ps<N>`, `st<N>`, `cl<N>`, `pb<N>`, `fg<N>`, `pm<N>`, `mm<N>`, `tp<N>`, `kr<N>`, `da<N>`: see the table for their
     variables). Example: `auto:ms1:nopdl`."""
 
     def __init__(self, variant):

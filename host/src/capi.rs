@@ -91,7 +91,8 @@ unsafe fn c_call(err: *mut c_char, err_len: usize, body: impl FnOnce() -> Result
     }
 }
 
-/// `out = a + b` on CPU or on `stream`. `tensors` = `[a, b, out]`.
+/// `out = a + b` on CPU or on `stream` (the legacy default stream, NULL: that of the device
+/// holding `out`). `tensors` = `[a, b, out]`.
 ///
 /// # Safety
 /// `tensors` points at 3 descriptors whose data match their dtype and dims on `platform`;
@@ -151,7 +152,8 @@ unsafe fn paged_attention_op<'a>(
     Ok((op, t))
 }
 
-/// Ragged paged attention on CPU or on `stream`. `tensors` = `[q, kv_pages, kv_lens,
+/// Ragged paged attention on CPU or on `stream` (the legacy default stream, NULL: that of the
+/// device holding `out`). `tensors` = `[q, kv_pages, kv_lens,
 /// page_indices, cu_q_lens, num_seqs, out]`. `workspace`: a device buffer of `workspace_bytes`
 /// bytes, sized by [`paged_attention_workspace_bytes`] (null with 0 bytes when that is 0), or
 /// `workspace_bytes` = [`ALLOCATE_WORKSPACE`] to take temporary memory from the driver's pool per

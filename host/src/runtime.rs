@@ -25,7 +25,7 @@ pub use cudarc::driver::sys::CUstream as Stream;
 /// Every driver entry point the library calls (through cudarc, which looks each up on first use
 /// and panics when one is missing): checked once, up front, so an older or partial driver is a
 /// clear error rather than a caught panic in the middle of a launch.
-const REQUIRED_ENTRY_POINTS: [&str; 22] = [
+const REQUIRED_ENTRY_POINTS: [&str; 23] = [
     "cuInit",
     "cuGetErrorString",
     "cuGetErrorName",
@@ -38,6 +38,7 @@ const REQUIRED_ENTRY_POINTS: [&str; 22] = [
     "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2",
     "cuStreamGetCtx",
+    "cuPointerGetAttribute",
     "cuModuleLoadData",
     "cuModuleGetFunction",
     "cuFuncSetAttribute",
@@ -230,6 +231,39 @@ impl KernelModule {
         let context = stream_context(stream)?;
         // SAFETY: the context owns a live stream, so it is live.
         unsafe { self.for_context(context) }
+    }
+
+    /// The module for a launch on `stream` whose buffers include `data`. A stream names its
+    /// context, except CUDA's legacy default stream (NULL), which means the legacy stream of
+    /// whatever context is current when the work is enqueued; but torch's default stream of
+    /// *every* device is NULL, and its current device need not be the tensors' (`cuda:1` tensors
+    /// while `cuda:0` is current). So for NULL the context is the primary context of `device`
+    /// where the caller knows it, else of the device holding `data`; launches then push that
+    /// context, so NULL names its legacy stream. Launching in the current context instead ran the
+    /// kernel on the wrong GPU (an illegal address on `cuda:1` tensors, found on two H100s).
+    ///
+    /// # Safety
+    /// As [`KernelModule::for_stream`]; `data` is a device pointer (read only by the driver's
+    /// pointer query, for a NULL stream without `device`).
+    pub unsafe fn for_launch(
+        &self,
+        stream: CUstream,
+        device: Option<i32>,
+        data: *const c_void,
+    ) -> Result<Arc<ContextModule>> {
+        if !stream.is_null() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.for_stream(stream) };
+        }
+        let ordinal = match device {
+            Some(ordinal) => ordinal,
+            None => {
+                ensure_driver()?;
+                // SAFETY: the driver only looks the address up.
+                unsafe { device_holding(data) }?
+            }
+        };
+        self.for_device(ordinal)
     }
 
     /// The module loaded in the primary context of CUDA device `ordinal` (the context XLA and
@@ -653,6 +687,29 @@ unsafe fn stream_context(stream: CUstream) -> Result<CUcontext> {
         return Err(Error::invalid("the stream has no CUDA context"));
     }
     Ok(ctx)
+}
+
+/// The ordinal of the CUDA device whose memory holds `data` (`cuPointerGetAttribute`); an error
+/// for a host pointer or one the driver does not know.
+///
+/// # Safety
+/// The driver only looks the address up; any value is safe to pass.
+unsafe fn device_holding(data: *const c_void) -> Result<i32> {
+    let mut ordinal: i32 = -1;
+    // SAFETY: out-pointer to a local of the attribute's type (int).
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            data as sys::CUdeviceptr,
+        )
+    }
+    .result()
+    .map_err(|e| Error::cuda("cuPointerGetAttribute (the device of a buffer on the legacy default stream)", e))?;
+    if ordinal < 0 {
+        return Err(Error::invalid("a buffer on the legacy default stream is not in any CUDA device's memory"));
+    }
+    Ok(ordinal)
 }
 
 /// Whether `stream` is being captured into a CUDA graph (`cuStreamIsCapturing`: active, or a

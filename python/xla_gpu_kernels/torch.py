@@ -114,7 +114,8 @@ def _run_simple_add(a: torch.Tensor, b: torch.Tensor, platform: int) -> torch.Te
                   (a, b, out), None, platform)
     v = p.views
     v[0].data, v[1].data, v[2].data = a.data_ptr(), b.data_ptr(), out.data_ptr()
-    # The library launches in the context of the stream it is given: no device guard needed.
+    # The library launches in the context of the stream it is given (torch's default stream, NULL,
+    # in the context of the device holding the output): no device guard needed.
     stream = _raw_stream(p.index) if platform == _capi.PLATFORM_CUDA else 0
     err = _capi.error_buffer()
     code = _LIB().xgk_simple_add(platform, stream, p.descs, err, _capi.ERR_LEN)

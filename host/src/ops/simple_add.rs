@@ -92,7 +92,8 @@ impl SimpleAdd {
         (name, if one { 128 } else { 256 })
     }
 
-    /// Enqueues `out = a + b` on `stream`.
+    /// Enqueues `out = a + b` on `stream`; on the legacy default stream (NULL), that of the
+    /// device holding `out`.
     ///
     /// # Safety
     /// `a`, `b` and `out` must be device pointers valid for `self.len` elements of `self.dtype`
@@ -105,10 +106,44 @@ impl SimpleAdd {
         b: *const c_void,
         out: *mut c_void,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_cuda_in(kernels, stream, None, a, b, out) }
+    }
+
+    /// [`SimpleAdd::launch_cuda`] where the caller knows the device of the buffers: the legacy
+    /// default stream (NULL, torch's default stream of every device) then means that device's
+    /// ([`KernelModule::for_launch`]).
+    ///
+    /// # Safety
+    /// As [`SimpleAdd::launch_cuda`], with the buffers on device `device`.
+    pub unsafe fn launch_cuda_on_device(
+        self,
+        kernels: &KernelModule,
+        stream: Stream,
+        device: i32,
+        a: *const c_void,
+        b: *const c_void,
+        out: *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_cuda_in(kernels, stream, Some(device), a, b, out) }
+    }
+
+    /// # Safety
+    /// As [`SimpleAdd::launch_cuda`].
+    unsafe fn launch_cuda_in(
+        self,
+        kernels: &KernelModule,
+        stream: Stream,
+        device: Option<i32>,
+        a: *const c_void,
+        b: *const c_void,
+        out: *mut c_void,
+    ) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
-        let module = kernels.for_stream(stream)?;
+        let module = kernels.for_launch(stream, device, out as *const c_void)?;
         let elem = self.dtype.size_bytes().unwrap();
         let vector_ok = [a, b, out as *const c_void].iter().all(|&p| aligned(p, 16));
         let per_thread = if vector_ok { vector_width(elem) } else { 1 };

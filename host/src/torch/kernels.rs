@@ -246,9 +246,14 @@ impl TorchRuntime {
         let (va, vb, vout) = (a.view(op, "a")?, b.view(op, "b")?, out.view(op, "out")?);
         let spec = SimpleAdd::from_tensors(&va, &vb, &vout)?;
         match device {
-            Device::Cuda(index) => {
-                spec.launch_cuda(self.kernels, self.current_stream(index)? as _, va.data, vb.data, vout.data)?
-            }
+            Device::Cuda(index) => spec.launch_cuda_on_device(
+                self.kernels,
+                self.current_stream(index)? as _,
+                index,
+                va.data,
+                vb.data,
+                vout.data,
+            )?,
             Device::Cpu => run_simple_add_cpu(spec, va.data, vb.data, vout.data)?,
         }
         *stack = out.into_raw() as StableIValue;
@@ -319,7 +324,14 @@ impl TorchRuntime {
                     None => 0,
                 };
                 let bufs = DeviceBuffers::from_ordered(ptrs, Workspace::Given { ptr: workspace_ptr, bytes });
-                paged_attention::launch_cuda(self.kernels, self.current_stream(index)? as _, &spec, bufs)?;
+                // torch's default stream is NULL on every device: name the device for it.
+                paged_attention::launch_cuda_on_device(
+                    self.kernels,
+                    self.current_stream(index)? as _,
+                    index,
+                    &spec,
+                    bufs,
+                )?;
             }
             Device::Cpu => run_paged_attention_cpu(&spec, ptrs)?,
         }

@@ -309,6 +309,11 @@ pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
 /// the split plan the extra residency would otherwise bring (benchmarks/NOTES.md "v10").
 pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 
+/// Environment variable letting the split model split a 16-bit grid whose unsplit rows already
+/// give nearly every multiprocessor a block (`1`); unset, empty or `0` (the default), such a grid
+/// keeps its rows whole ([`unsplit_grid_fills_device`]). A benchmark's knob (`auto:fg<N>`).
+pub const FULL_GRID_SPLITS_ENV_VAR: &str = "XGK_RPA_FULL_GRID_SPLITS";
+
 /// Environment variable choosing how the pipelined kernel's warps share a tile's copies
 /// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
 /// empty: [`default_pipe_mode`] for the launch.
@@ -454,6 +459,8 @@ pub struct LaunchSettings {
     pub cluster_merge: bool,
     /// [`PLAN_BLOCKS_ENV_VAR`] (0: the kernel's occupancy).
     pub plan_blocks: u32,
+    /// [`FULL_GRID_SPLITS_ENV_VAR`].
+    pub full_grid_splits: bool,
     /// [`PIPE_MODE_ENV_VAR`] (None: [`default_pipe_mode`]).
     pub pipe_mode: Option<u32>,
     /// [`MERGE_MODE_ENV_VAR`].
@@ -480,7 +487,7 @@ fn settings() -> Result<LaunchSettings> {
 /// Re-reads [`KERNEL_ENV_VAR`], [`COPY_HINT_ENV_VAR`], [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
-/// [`PLAN_BLOCKS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`],
+/// [`PLAN_BLOCKS_ENV_VAR`], [`FULL_GRID_SPLITS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`],
 /// [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`] and [`DECODE_APART_ENV_VAR`] (benchmarks switch kernels in one
 /// process: set the variables, then call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
@@ -503,6 +510,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         },
         cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
         plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
+        full_grid_splits: bounded_from_env(FULL_GRID_SPLITS_ENV_VAR, 0, 0..=1)? == 1,
         pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, DEFAULT_MERGE_MODE, 0..=MERGE_BY_CAPTURE)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
@@ -1170,6 +1178,15 @@ fn plan_launch(
         let settings = settings()?;
         let mut s;
         (s, waves) = plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
+        if kv_bytes == 2
+            && !settings.full_grid_splits
+            && s.splits > 1
+            && waves == 1
+            && unsplit_grid_fills_device(blocks_per_split, module.multiprocessors)
+        {
+            // The unsplit grid is smaller than the split one: one wave still.
+            s = whole_rows(max_keys);
+        }
         if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
             let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
             if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
@@ -1272,6 +1289,20 @@ pub fn long_grid_takes_two_stages(splits: u32, waves: u64, two_stage_splits: u32
 /// last wave counting as a full one).
 pub fn unsplit_grid_is_long(blocks_per_split: u64, slots: u64) -> bool {
     blocks_per_split >= LONG_GRID_WAVES * slots.max(1)
+}
+
+/// Whether a grid of `blocks_per_split` blocks (one split per row) already gives at least 15/16
+/// of the `multiprocessors` a block, so that a one-wave split plan of it only adds blocks that
+/// share a multiprocessor's bandwidth with the first. The split model plans with every resident
+/// slot (two blocks per SM for the 16-bit head_dim-128 kernel at three stages) and counts a
+/// second block on an SM as streaming at the full rate beside the first; but one block per SM at
+/// three stages already reads ~87 % of the copy bandwidth at 8 tiles a row, so the split buys a
+/// shorter chain per block at the cost of a merge and a second prologue per SM. On an H100
+/// (benchmarks/NOTES.md "v29.4"), G1's 16 rows (128 blocks on 132 SMs) ran whole against the
+/// model's two clustered splits: 16 x 512 12.8 against 14.5 µs warm and 21.0 against 24.0
+/// L2-cold, 16 x 2k 51.5 against 54.2 / 54.6 against 58.0, 16 x 8k level (190.2 / 189.2).
+pub fn unsplit_grid_fills_device(blocks_per_split: u64, multiprocessors: u32) -> bool {
+    blocks_per_split * 16 >= multiprocessors as u64 * 15
 }
 
 /// One split per row: whole rows, in whole pipeline tiles.
@@ -1453,7 +1484,8 @@ fn plan_asks_for_capture(direct: &LaunchPlan) -> Result<bool> {
     Ok(matches!(direct, LaunchPlan::Direct(d) if d.merge_blocks != 0) && settings()?.merge_mode == MERGE_BY_CAPTURE)
 }
 
-/// Enqueues the op on `stream` (one kernel, or two with a split-KV merge or the tiled plan).
+/// Enqueues the op on `stream` (one kernel, or two with a split-KV merge or the tiled plan); on
+/// the legacy default stream (NULL), that of the device holding `bufs.out`.
 ///
 /// # Safety
 /// Every pointer in `bufs` must be a device allocation in the stream's context holding the
@@ -1467,6 +1499,22 @@ pub unsafe fn launch_cuda(
     launch_cuda_with(kernels, stream, spec, bufs, KernelChoice::configured()?)
 }
 
+/// [`launch_cuda`] where the caller knows the device: for the legacy default stream (NULL, torch's
+/// default stream of every device) the launch goes to device `device`'s primary context without
+/// asking the driver which device holds the buffers ([`KernelModule::for_launch`]).
+///
+/// # Safety
+/// As [`launch_cuda`], with the buffers on device `device`.
+pub unsafe fn launch_cuda_on_device(
+    kernels: &KernelModule,
+    stream: Stream,
+    device: i32,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+) -> Result<()> {
+    launch_cuda_in(kernels, stream, Some(device), spec, bufs, KernelChoice::configured()?)
+}
+
 /// [`launch_cuda`] with an explicit kernel choice (tests and benchmarks compare the kernels).
 ///
 /// # Safety
@@ -1474,6 +1522,22 @@ pub unsafe fn launch_cuda(
 pub unsafe fn launch_cuda_with(
     kernels: &KernelModule,
     stream: Stream,
+    spec: &PagedAttention,
+    bufs: DeviceBuffers,
+    choice: KernelChoice,
+) -> Result<()> {
+    launch_cuda_in(kernels, stream, None, spec, bufs, choice)
+}
+
+/// The launch: in `stream`'s context, or for the legacy default stream in the primary context of
+/// `device` (else of the device holding the output).
+///
+/// # Safety
+/// As [`launch_cuda`].
+unsafe fn launch_cuda_in(
+    kernels: &KernelModule,
+    stream: Stream,
+    device: Option<i32>,
     spec: &PagedAttention,
     bufs: DeviceBuffers,
     choice: KernelChoice,
@@ -1499,7 +1563,7 @@ pub unsafe fn launch_cuda_with(
     if spec.max_tokens == 0 {
         return Ok(());
     }
-    let module = kernels.for_stream(stream)?;
+    let module = kernels.for_launch(stream, device, bufs.out as *const c_void)?;
     let mut resolved = cached_plan(&module, spec, choice, limit, false)?;
     // Asked only where the answer changes the plan (split calls), so other calls skip the query.
     if plan_asks_for_capture(&resolved.plan)? && stream_is_capturing(stream)? {
@@ -1982,6 +2046,17 @@ mod tests {
         {
             assert!(!take(rows, keys).0, "{rows} x {keys}");
         }
+    }
+
+    #[test]
+    fn grids_that_fill_the_device_unsplit_keep_whole_rows() {
+        // 132 SMs (H100, H200): G1's 16 rows are 128 blocks (one per SM on 128 of 132); 8 rows
+        // (64 blocks) and 4 rows (32) leave half the SMs or more idle unsplit.
+        assert!(unsplit_grid_fills_device(128, 132));
+        assert!(unsplit_grid_fills_device(124, 132));
+        assert!(!unsplit_grid_fills_device(123, 132));
+        assert!(!unsplit_grid_fills_device(64, 132));
+        assert!(unsplit_grid_fills_device(256, 132));
     }
 
     #[test]
