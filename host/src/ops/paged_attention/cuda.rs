@@ -487,9 +487,10 @@ fn settings() -> Result<LaunchSettings> {
 /// Re-reads [`KERNEL_ENV_VAR`], [`COPY_HINT_ENV_VAR`], [`PROGRAMMATIC_LAUNCH_ENV_VAR`],
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
-/// [`PLAN_BLOCKS_ENV_VAR`], [`FULL_GRID_SPLITS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`], [`MERGE_MODE_ENV_VAR`],
-/// [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`] and [`DECODE_APART_ENV_VAR`] (benchmarks switch kernels in one
-/// process: set the variables, then call this, or `xgk_reload_settings` from C).
+/// [`PLAN_BLOCKS_ENV_VAR`], [`FULL_GRID_SPLITS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`],
+/// [`MERGE_MODE_ENV_VAR`], [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`] and
+/// [`DECODE_APART_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
+/// call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
     let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
