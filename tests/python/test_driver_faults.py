@@ -39,6 +39,7 @@ FAKE_DRIVER = textwrap.dedent("""
     int cuGetErrorName(int e, const char **s) { (void)e; *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
     OK(cuDeviceGet) OK(cuDeviceGetAttribute) OK(cuDevicePrimaryCtxRetain) OK(cuCtxGetCurrent)
     OK(cuCtxGetDevice) OK(cuCtxGetId) OK(cuCtxPushCurrent_v2) OK(cuCtxPopCurrent_v2) OK(cuStreamGetCtx)
+    OK(cuPointerGetAttribute)
     OK(cuModuleLoadData) OK(cuModuleGetFunction) OK(cuFuncSetAttribute)
     OK(cuOccupancyMaxActiveBlocksPerMultiprocessor) OK(cuLaunchKernel) OK(cuMemAllocAsync) OK(cuMemFreeAsync)
     OK(cuDriverGetVersion) OK(cuLaunchKernelEx) OK(cuOccupancyMaxActiveClusters)
