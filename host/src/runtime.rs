@@ -186,6 +186,10 @@ pub struct ContextModule {
     pub compute_capability: u32,
     /// Most dynamic shared memory a block may opt in to (bytes).
     pub max_shared_bytes_per_block: u32,
+    /// Peak DRAM bandwidth per multiprocessor in GB/s (twice the memory clock times the bus
+    /// width, over the multiprocessors; 0 where the driver does not say): some plan rules were
+    /// measured to pay on one side of it only (an H100 SXM has 25 GB/s per SM, an H200 37).
+    pub dram_gbs_per_multiprocessor: f64,
     /// The image loaded here.
     pub image: PtxImage,
     /// Whether launches may use programmatic dependent launch: the image has the grid-dependency
@@ -198,6 +202,17 @@ pub struct ContextModule {
 unsafe impl Send for ContextModule {}
 // SAFETY: see above.
 unsafe impl Sync for ContextModule {}
+
+/// Peak DRAM bandwidth per multiprocessor in GB/s from the driver's memory clock (kHz), bus width
+/// (bits) and multiprocessor count: two transfers per clock, as NVIDIA quotes HBM bandwidth (an
+/// H100 SXM: 2 619 MHz x 5 120 bits = 3.35 TB/s, 25.4 GB/s for each of 132 SMs). 0 where any input
+/// is missing.
+pub fn dram_gbs_per_multiprocessor(memory_khz: i32, bus_bits: i32, multiprocessors: u32) -> f64 {
+    if memory_khz <= 0 || bus_bits <= 0 || multiprocessors == 0 {
+        return 0.0;
+    }
+    2.0 * memory_khz as f64 * 1e3 * (bus_bits as f64 / 8.0) / 1e9 / multiprocessors as f64
+}
 
 /// Oldest driver (`cuDriverGetVersion`) whose stream capture records programmatic dependent
 /// launches as graph edges (CUDA 12.3); older drivers launch without the attribute.
@@ -318,6 +333,10 @@ impl KernelModule {
         let cc = major * 10 + minor;
         let max_shared_bytes_per_block =
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+        // A tuning input only: a driver that does not report it leaves it 0 (unknown).
+        let memory_khz = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0);
+        let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0);
+        let dram_gbs_per_multiprocessor = dram_gbs_per_multiprocessor(memory_khz, bus_bits, multiprocessors);
         let mut driver = 0;
         // SAFETY: out-pointer to a local.
         unsafe { sys::cuDriverGetVersion(&mut driver) }.result().map_err(|e| Error::cuda("cuDriverGetVersion", e))?;
@@ -331,6 +350,7 @@ impl KernelModule {
             multiprocessors,
             compute_capability: cc,
             max_shared_bytes_per_block,
+            dram_gbs_per_multiprocessor,
             image,
             programmatic_launch: image.has_grid_dependency_control() && driver >= PROGRAMMATIC_CAPTURE_DRIVER,
         });

@@ -321,14 +321,20 @@ pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
 /// The pipelined kernel's pipe mode for a launch unless [`PIPE_MODE_ENV_VAR`] says otherwise:
 /// per-key-group pipelines (1), but a block barrier per tile (0) for the key-rows kernels on
-/// 16-bit KV with three stages or more, splits of 1024 keys or more, a grid of at most two
-/// waves and pages of at least 8 tokens. On an H200 the per-key-group pipelines were 0.5-2 %
-/// faster than the block barrier on most decode cells with the head-rows kernels and 4 % on fp8
-/// 64 x 8k (benchmarks/NOTES.md "v11"); with the key-rows kernels the block barrier runs the long rows of one or two waves
-/// 0.8-2.2 % faster (4 x 32k, 16 x 8k, 16 x 32k, 32 x 4k, 64 x 8k, G2 32 x 4k and 64 x 8k), and
-/// the short splits, the grids of four waves or more, fp8 and pages of one token slower (32 x 4k
-/// with pages of one token 140.5 -> 192.1 µs; pages of 8 ran 1.01x FlashInfer with it; NOTES
-/// "v18").
+/// 16-bit KV with three stages or more, splits of 1024 keys or more and a grid of at most two
+/// waves, with pages of at least 8 tokens on a device of at least
+/// [`BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM`] of DRAM bandwidth per SM (`dram_gbs_per_sm`, an H200),
+/// and pages of 8 to 15 tokens on one of less (an H100).
+///
+/// On an H200 the per-key-group pipelines were 0.5-2 % faster than the block barrier on most
+/// decode cells with the head-rows kernels and 4 % on fp8 64 x 8k (benchmarks/NOTES.md "v11");
+/// with the key-rows kernels the block barrier runs the long rows of one or two waves 0.8-2.2 %
+/// faster (4 x 32k, 16 x 8k, 16 x 32k, 32 x 4k, 64 x 8k, G2 32 x 4k and 64 x 8k), and the short
+/// splits, the grids of four waves or more, fp8 and pages of one token slower (32 x 4k with pages
+/// of one token 140.5 -> 192.1 µs; pages of 8 ran 1.01x FlashInfer with it; NOTES "v18"). On an
+/// H100 the same cells ran 0.2-2.9 % faster without it (16 x 8k 185.8 against 190.3 µs, 1 x 32k
+/// 53.9 against 54.4, 64 x 2k 183.6 against 184.8; 16 x 32k and 128 x 2k level), warm and L2-cold,
+/// but for pages of 8 tokens (32 x 4k 183.7 with it, 188.1 without; NOTES "v30.2").
 pub fn default_pipe_mode(
     key_rows: bool,
     kv_bytes: u32,
@@ -336,14 +342,25 @@ pub fn default_pipe_mode(
     split_len: u32,
     waves: u64,
     page_size: u32,
+    dram_gbs_per_sm: f64,
 ) -> u32 {
-    let block_barrier = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2 && page_size >= 8;
-    if block_barrier {
+    let long_rows = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2;
+    let pages = if dram_gbs_per_sm >= BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM {
+        page_size >= 8
+    } else {
+        (8..16).contains(&page_size)
+    };
+    if long_rows && pages {
         0
     } else {
         1
     }
 }
+
+/// DRAM bandwidth per SM (GB/s, [`crate::runtime::ContextModule::dram_gbs_per_multiprocessor`])
+/// from which [`default_pipe_mode`] takes the block barrier for every page size from 8 tokens:
+/// between the H100 SXM's 25.4 and the H200's 36.4, the two devices it was measured on.
+pub const BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM: f64 = 30.0;
 
 /// Environment variable choosing how split partials in the workspace are merged (splits that run
 /// as a cluster merge in it whatever this says): `0` the merge kernels by split count
@@ -1242,7 +1259,15 @@ fn plan_launch(
     let pipe_mode = match (stages, settings()?.pipe_mode) {
         (0, _) => 0,
         (_, Some(mode)) => mode,
-        (_, None) => default_pipe_mode(key_rows_taken(spec)?, kv_bytes, stages, split_len, waves, spec.page_size),
+        (_, None) => default_pipe_mode(
+            key_rows_taken(spec)?,
+            kv_bytes,
+            stages,
+            split_len,
+            waves,
+            spec.page_size,
+            module.dram_gbs_per_multiprocessor,
+        ),
     };
     // A merge block per query head of a chunk, for every (row, chunk): grid z after the splits.
     let merge_blocks = if merge == PartialsMerge::Blocks && splits > 1 && !cluster { heads } else { 0 };
@@ -2148,19 +2173,42 @@ mod tests {
 
     #[test]
     fn block_barrier_only_for_long_key_rows_splits_of_short_grids() {
+        const H200: f64 = 36.4;
+        const H100: f64 = 25.4;
         // H200 decode cells (16-bit KV, key rows, three stages): 32 x 4k one wave of 4k-key rows,
         // 64 x 8k two waves, 1 x 32k splits of 1024 keys: the block barrier.
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16), 0);
-        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 16), 0);
-        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1, 16), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16, H200), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 16, H200), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1, 16, H200), 0);
         // 128 x 2k (four waves), 4 x 2k (256-key splits), two stages, fp8, head rows: per key group.
-        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4, 16), 1);
-        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 16), 1);
-        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1, 16), 1);
-        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1, 16), 1);
-        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1, 16), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4, 16, H200), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 16, H200), 1);
+        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1, 16, H200), 1);
+        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1, 16, H200), 1);
+        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1, 16, H200), 1);
         // Pages of one token (32 x 4k: 192.1 µs with the block barrier, 140.5 without); of 8, it.
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1), 1);
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, H200), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8, H200), 0);
+        // An H100 (or a device that does not report its memory): per key group on the same cells,
+        // but for pages of 8 (to 15) tokens.
+        for gbs in [H100, 0.0] {
+            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16, gbs), 1);
+            assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 128, gbs), 1);
+            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8, gbs), 0);
+            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, gbs), 1);
+            assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 8, gbs), 1);
+        }
+    }
+
+    #[test]
+    fn dram_bandwidth_per_multiprocessor_from_the_driver_attributes() {
+        // H100 SXM (2 619 MHz, 5 120 bits, 132 SMs): 3.35 TB/s; H200 (6 144 bits, 132 SMs) at the
+        // clock that gives its quoted 4.8 TB/s.
+        let h100 = crate::runtime::dram_gbs_per_multiprocessor(2_619_000, 5120, 132);
+        assert!((h100 - 25.4).abs() < 0.05, "{h100}");
+        let h200 = crate::runtime::dram_gbs_per_multiprocessor(3_125_000, 6144, 132);
+        assert!(h200 > BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM && h100 < BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM);
+        assert_eq!(crate::runtime::dram_gbs_per_multiprocessor(0, 5120, 132), 0.0);
+        assert_eq!(crate::runtime::dram_gbs_per_multiprocessor(2_619_000, 5120, 0), 0.0);
     }
 }
