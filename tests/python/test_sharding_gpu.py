@@ -9,14 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
+# JAX takes 75 % of every GPU's memory when it starts, by default: this process would hold it
+# while the checks and the example run in child processes on the same two GPUs. (With it held, the
+# example's child ran past 300 s on two H100s where it takes 52 s alone: benchmarks/NOTES.md
+# "v30.4".) Before `import jax`: read when the backend starts.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import sharding_multidevice
-import xla_gpu_kernels.jax as xk
-from rpa_cases import check_close, make_case
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import sharding_multidevice  # noqa: E402
+import xla_gpu_kernels.jax as xk  # noqa: E402
+from rpa_cases import check_close, make_case  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
