@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 # JAX takes 75 % of every GPU's memory when it starts, by default: this process would hold it
-# while the checks and the example run in child processes on the same two GPUs. (With it held, the
-# example's child ran past 300 s on two H100s where it takes 52 s alone: benchmarks/NOTES.md
-# "v30.4".) Before `import jax`: read when the backend starts.
+# while the checks and the example run in child processes on the same two GPUs, each of which
+# needs its own pool and NCCL's buffers. Before `import jax`: read when the backend starts.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
