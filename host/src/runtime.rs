@@ -188,7 +188,7 @@ pub struct ContextModule {
     pub max_shared_bytes_per_block: u32,
     /// Peak DRAM bandwidth per multiprocessor in GB/s (twice the memory clock times the bus
     /// width, over the multiprocessors; 0 where the driver does not say): some plan rules were
-    /// measured to pay on one side of it only (an H100 SXM has 25 GB/s per SM, an H200 37).
+    /// measured to pay on one side of it only (an H100 SXM has 25.4 GB/s per SM, an H200 36.5).
     pub dram_gbs_per_multiprocessor: f64,
     /// The image loaded here.
     pub image: PtxImage,

@@ -323,7 +323,7 @@ pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 /// per-key-group pipelines (1), but a block barrier per tile (0) for the key-rows kernels on
 /// 16-bit KV with three stages or more, splits of 1024 keys or more and a grid of at most two
 /// waves, with pages of at least 8 tokens on a device of at least
-/// [`BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM`] of DRAM bandwidth per SM (`dram_gbs_per_sm`, an H200),
+/// [`WIDE_DRAM_GBS_PER_SM`] of DRAM bandwidth per SM (`dram_gbs_per_sm`, an H200),
 /// and pages of 8 to 15 tokens on one of less (an H100).
 ///
 /// On an H200 the per-key-group pipelines were 0.5-2 % faster than the block barrier on most
@@ -345,11 +345,7 @@ pub fn default_pipe_mode(
     dram_gbs_per_sm: f64,
 ) -> u32 {
     let long_rows = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2;
-    let pages = if dram_gbs_per_sm >= BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM {
-        page_size >= 8
-    } else {
-        (8..16).contains(&page_size)
-    };
+    let pages = if dram_gbs_per_sm >= WIDE_DRAM_GBS_PER_SM { page_size >= 8 } else { (8..16).contains(&page_size) };
     if long_rows && pages {
         0
     } else {
@@ -358,9 +354,10 @@ pub fn default_pipe_mode(
 }
 
 /// DRAM bandwidth per SM (GB/s, [`crate::runtime::ContextModule::dram_gbs_per_multiprocessor`])
-/// from which [`default_pipe_mode`] takes the block barrier for every page size from 8 tokens:
-/// between the H100 SXM's 25.4 and the H200's 36.4, the two devices it was measured on.
-pub const BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM: f64 = 30.0;
+/// from which a device plans as an H200 (36.5 GB/s per SM) rather than as an H100 SXM (25.4), the
+/// two devices the rules that read it were measured on: [`default_pipe_mode`] takes the block
+/// barrier for every page size from 8 tokens, and [`whole_rows_pay`] keeps only short rows whole.
+pub const WIDE_DRAM_GBS_PER_SM: f64 = 30.0;
 
 /// Environment variable choosing how split partials in the workspace are merged (splits that run
 /// as a cluster merge in it whatever this says): `0` the merge kernels by split count
@@ -1201,6 +1198,7 @@ fn plan_launch(
             && s.splits > 1
             && waves == 1
             && unsplit_grid_fills_device(blocks_per_split, module.multiprocessors)
+            && whole_rows_pay(module.dram_gbs_per_multiprocessor, max_keys)
         {
             // The unsplit grid is smaller than the split one: one wave still.
             s = whole_rows(max_keys);
@@ -1330,6 +1328,22 @@ pub fn unsplit_grid_is_long(blocks_per_split: u64, slots: u64) -> bool {
 pub fn unsplit_grid_fills_device(blocks_per_split: u64, multiprocessors: u32) -> bool {
     blocks_per_split * 16 >= multiprocessors as u64 * 15
 }
+
+/// Whether rows of `max_keys` keys that [`unsplit_grid_fills_device`] would keep whole stream
+/// faster so on a device of `dram_gbs_per_sm`: below [`WIDE_DRAM_GBS_PER_SM`] (an H100: one block
+/// per SM reads ~87 % of the copy bandwidth), and on a wider device only for rows of at most
+/// [`WIDE_DRAM_WHOLE_ROW_MAX_KEYS`], where the split's second prologue and merge outweigh the
+/// stream. On an H200 one block per SM does not draw the bandwidth: whole rows ran G1 16 x 8k in
+/// 170.2 µs against 130.8 split (134.8 whole without the block barrier), 16 x 2k 46.7 against
+/// 39.9, G3 4 x 8k / 4 x 2k 170.0 / 45.9 against 128.2 / 36.7, while 16 x 512 ran 12.7 against
+/// 13.1 warm and 17.6 against 20.6 L2-cold (G3 4 x 512: 11.7 / 11.1 warm, 16.5 / 18.3 cold;
+/// benchmarks/NOTES.md "v30.7").
+pub fn whole_rows_pay(dram_gbs_per_sm: f64, max_keys: u32) -> bool {
+    dram_gbs_per_sm < WIDE_DRAM_GBS_PER_SM || max_keys <= WIDE_DRAM_WHOLE_ROW_MAX_KEYS
+}
+
+/// Longest rows [`whole_rows_pay`] keeps whole on a device of at least [`WIDE_DRAM_GBS_PER_SM`].
+pub const WIDE_DRAM_WHOLE_ROW_MAX_KEYS: u32 = 512;
 
 /// One split per row: whole rows, in whole pipeline tiles.
 fn whole_rows(max_keys: u32) -> PipelinedSplits {
@@ -2083,6 +2097,14 @@ mod tests {
         assert!(!unsplit_grid_fills_device(123, 132));
         assert!(!unsplit_grid_fills_device(64, 132));
         assert!(unsplit_grid_fills_device(256, 132));
+        // An H100 keeps them whole at every length; an H200 only up to 512 keys.
+        for keys in [512, 2048, 8192] {
+            assert!(whole_rows_pay(25.4, keys));
+            assert!(whole_rows_pay(0.0, keys), "unknown bandwidth: as an H100");
+        }
+        assert!(whole_rows_pay(36.5, 512));
+        assert!(!whole_rows_pay(36.5, 2048));
+        assert!(!whole_rows_pay(36.5, 8192));
     }
 
     #[test]
@@ -2173,7 +2195,7 @@ mod tests {
 
     #[test]
     fn block_barrier_only_for_long_key_rows_splits_of_short_grids() {
-        const H200: f64 = 36.4;
+        const H200: f64 = 36.5;
         const H100: f64 = 25.4;
         // H200 decode cells (16-bit KV, key rows, three stages): 32 x 4k one wave of 4k-key rows,
         // 64 x 8k two waves, 1 x 32k splits of 1024 keys: the block barrier.
@@ -2202,12 +2224,13 @@ mod tests {
 
     #[test]
     fn dram_bandwidth_per_multiprocessor_from_the_driver_attributes() {
-        // H100 SXM (2 619 MHz, 5 120 bits, 132 SMs): 3.35 TB/s; H200 (6 144 bits, 132 SMs) at the
-        // clock that gives its quoted 4.8 TB/s.
+        // What the driver reports (benchmarks/NOTES.md "v30.3", "v30.7"): an H100 SXM 2 619 MHz
+        // and 5 120 bits on 132 SMs (3.35 TB/s), an H200 3 201 MHz and 6 016 bits (4.82 TB/s).
         let h100 = crate::runtime::dram_gbs_per_multiprocessor(2_619_000, 5120, 132);
         assert!((h100 - 25.4).abs() < 0.05, "{h100}");
-        let h200 = crate::runtime::dram_gbs_per_multiprocessor(3_125_000, 6144, 132);
-        assert!(h200 > BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM && h100 < BLOCK_BARRIER_MIN_DRAM_GBS_PER_SM);
+        let h200 = crate::runtime::dram_gbs_per_multiprocessor(3_201_000, 6016, 132);
+        assert!((h200 - 36.5).abs() < 0.05, "{h200}");
+        assert!(h200 > WIDE_DRAM_GBS_PER_SM && h100 < WIDE_DRAM_GBS_PER_SM);
         assert_eq!(crate::runtime::dram_gbs_per_multiprocessor(0, 5120, 132), 0.0);
         assert_eq!(crate::runtime::dram_gbs_per_multiprocessor(2_619_000, 5120, 0), 0.0);
     }
