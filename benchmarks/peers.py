@@ -54,6 +54,9 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 # JAX must not take most of the GPU's memory for itself: torch allocates the inputs.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# The library writes each plan it makes to stderr: the log then says what `auto` chose per cell
+# and variant (each variant's settings reload clears the plan cache).
+os.environ.setdefault("XGK_LOG_PLANS", "1")
 
 GEOMETRIES = {  # q heads, kv heads, head dim, soft cap, sliding window
     "G1": (32, 8, 128, None, None),

@@ -421,6 +421,13 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`).
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 
+/// Environment variable that makes the library write each launch plan it makes to stderr, one line
+/// per (device, shapes, attributes, kernel choice): `1` on, unset, empty or `0` off. A
+/// benchmark's log then says what `auto` chose (kernel, stages, splits, merge, pipe mode) and on
+/// what device figures, instead of leaving it to be inferred from which variant's column it
+/// matches. Plans are made once and cached, so a line is written at a shape's first call only.
+pub const LOG_PLANS_ENV_VAR: &str = "XGK_LOG_PLANS";
+
 /// Default of [`DECODE_APART_ENV_VAR`].
 const DEFAULT_DECODE_APART: u32 = 2;
 
@@ -485,6 +492,8 @@ pub struct LaunchSettings {
     pub key_rows: u32,
     /// [`DECODE_APART_ENV_VAR`].
     pub decode_apart: u32,
+    /// [`LOG_PLANS_ENV_VAR`].
+    pub log_plans: bool,
 }
 
 /// The settings, read once; `None` until first read.
@@ -502,8 +511,8 @@ fn settings() -> Result<LaunchSettings> {
 /// [`MIN_SPLIT_TILES_ENV_VAR`], [`MERGE_COST_KEYS_ENV_VAR`], [`CONSUMER_SCHEDULE_ENV_VAR`],
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
 /// [`PLAN_BLOCKS_ENV_VAR`], [`FULL_GRID_SPLITS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`],
-/// [`MERGE_MODE_ENV_VAR`], [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`] and
-/// [`DECODE_APART_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
+/// [`MERGE_MODE_ENV_VAR`], [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`],
+/// [`DECODE_APART_ENV_VAR`] and [`LOG_PLANS_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
 /// call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
@@ -531,6 +540,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
         key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
         decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
+        log_plans: bounded_from_env(LOG_PLANS_ENV_VAR, 0, 0..=1)? == 1,
     };
     *guard = Some(s);
     plan_cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -666,6 +676,9 @@ fn cached_plan(
         Some(plan) => plan,
         None => {
             let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit, false, captured)?)?;
+            if settings()?.log_plans {
+                eprintln!("{}", plan_log_line(module, spec, choice, limit, captured, &plan.plan));
+            }
             let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= PLAN_CACHE_ENTRIES {
                 cache.clear();
@@ -679,6 +692,53 @@ fn cached_plan(
     next[1..].copy_from_slice(&memo[..MEMO_PLANS - 1]);
     LAST_PLANS.with(|last| last.set(next));
     Ok(plan)
+}
+
+/// [`LOG_PLANS_ENV_VAR`]'s line for a plan just made: the device figures the rules read, the
+/// call's static shapes, and the plan.
+fn plan_log_line(
+    module: &ContextModule,
+    spec: &PagedAttention,
+    choice: KernelChoice,
+    limit: Option<usize>,
+    captured: bool,
+    plan: &LaunchPlan,
+) -> String {
+    let device = format!(
+        "sm_{} ({}), {} SMs, {:.1} GB/s of DRAM per SM",
+        module.compute_capability, module.image.arch, module.multiprocessors, module.dram_gbs_per_multiprocessor
+    );
+    plan_log_text(&device, spec, choice, limit, captured, plan)
+}
+
+/// [`plan_log_line`] past the device lookups (a test builds it without a GPU).
+fn plan_log_text(
+    device: &str,
+    spec: &PagedAttention,
+    choice: KernelChoice,
+    limit: Option<usize>,
+    captured: bool,
+    plan: &LaunchPlan,
+) -> String {
+    let workspace = match limit {
+        None => "allocated".to_string(),
+        Some(bytes) => format!("{bytes} bytes given"),
+    };
+    format!(
+        "xla_gpu_kernels: plan on {device}: {} rows, {} q / {} kv heads, head_dim {}, {} q / {} kv, page {}, \
+         {} pages per sequence, {} sequences, {:?}; workspace {workspace}{} -> {plan:?}",
+        spec.max_tokens,
+        spec.num_q_heads,
+        spec.num_kv_heads,
+        spec.head_dim,
+        spec.q_dtype,
+        spec.kv_dtype,
+        spec.page_size,
+        spec.pages_per_seq,
+        spec.max_num_seqs,
+        choice,
+        if captured { ", captured" } else { "" },
+    )
 }
 
 /// Whether the tensor-core kernel covers `spec` on a device of compute capability `cc`.
@@ -2220,6 +2280,49 @@ mod tests {
             assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, gbs), 1);
             assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 8, gbs), 1);
         }
+    }
+
+    #[test]
+    fn plan_log_lines_name_the_device_the_shapes_and_the_plan() {
+        let spec = PagedAttention {
+            q_dtype: DType::BF16,
+            kv_dtype: DType::F8E4M3FN,
+            max_tokens: 1,
+            num_q_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            total_pages: 4096,
+            page_size: 16,
+            max_num_seqs: 1,
+            pages_per_seq: 2048,
+            attrs: crate::ops::paged_attention::Attributes::default(),
+        };
+        let plan = LaunchPlan::Direct(DirectPlan {
+            name: "rpa_pipe_bf16_e4m3_d128",
+            threads: 128,
+            shared_bytes: 32768,
+            stages: 2,
+            grid_y: 8,
+            splits: 47,
+            split_len: 704,
+            cluster: false,
+            merge: PartialsMerge::GroupKernel,
+            merge_blocks: 0,
+            pipe_mode: 1,
+        });
+        let device = "sm_90 (sm_90a), 132 SMs, 25.4 GB/s of DRAM per SM";
+        let line = plan_log_text(device, &spec, KernelChoice::Auto, Some(1 << 20), true, &plan);
+        assert!(line.starts_with("xla_gpu_kernels: plan on sm_90 (sm_90a), 132 SMs, 25.4 GB/s"), "{line}");
+        for part in
+            ["1 rows, 32 q / 8 kv heads, head_dim 128", "page 16, 2048 pages per sequence", "1048576 bytes given"]
+        {
+            assert!(line.contains(part), "{part}: {line}");
+        }
+        assert!(line.contains(", captured -> Direct(DirectPlan {"), "{line}");
+        assert!(line.contains("splits: 47, split_len: 704") && line.contains("pipe_mode: 1"), "{line}");
+        assert!(!line.contains('\n'), "one line: {line}");
+        let line = plan_log_text(device, &spec, KernelChoice::Auto, None, false, &plan);
+        assert!(line.contains("workspace allocated -> Direct("), "{line}");
     }
 
     #[test]
