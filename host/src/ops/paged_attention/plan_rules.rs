@@ -1,6 +1,7 @@
-//! The pipelined decode kernel's launch plan as rules: the split model (how many key splits, how
-//! long, merged in a cluster or not) and the rules over it (stage counts for long grids, whole rows
-//! where the unsplit grid fills the device, the pipe mode). Pure functions of the static shapes and
+//! The decode kernels' launch plans as rules: the split models (how many key splits, how long, for
+//! the pipelined kernel also whether they merge in a cluster) and the rules over the pipelined
+//! kernel's (stage counts for long grids, whole rows where the unsplit grid fills the device, the
+//! pipe mode). Pure functions of the static shapes and
 //! of the device's figures (multiprocessors, resident blocks, DRAM bandwidth per SM): no driver
 //! calls, so each rule is tested here without a GPU. Every rule names the measurements behind it
 //! (benchmarks/NOTES.md), and the GPU kind they were taken on where the kinds differ.
