@@ -373,8 +373,8 @@ fn settings() -> Result<LaunchSettings> {
 /// [`PERSISTENT_ENV_VAR`], [`PIPE_STAGES_ENV_VAR`], [`CLUSTER_MERGE_ENV_VAR`],
 /// [`PLAN_BLOCKS_ENV_VAR`], [`FULL_GRID_SPLITS_ENV_VAR`], [`PIPE_MODE_ENV_VAR`],
 /// [`MERGE_MODE_ENV_VAR`], [`TABLE_PRELOAD_ENV_VAR`], [`KEY_ROWS_ENV_VAR`],
-/// [`DECODE_APART_ENV_VAR`] and [`LOG_PLANS_ENV_VAR`] (benchmarks switch kernels in one process: set the variables, then
-/// call this, or `xgk_reload_settings` from C).
+/// [`DECODE_APART_ENV_VAR`] and [`LOG_PLANS_ENV_VAR`] (benchmarks switch kernels in one
+/// process: set the variables, then call this, or `xgk_reload_settings` from C).
 /// An invalid value is an error, here and at every launch until a valid one is read.
 pub fn reload_settings() -> Result<LaunchSettings> {
     let mut guard = SETTINGS.write().unwrap_or_else(|e| e.into_inner());

@@ -136,7 +136,7 @@ pub fn default_pipe_mode(
     dram_gbs_per_sm: f64,
 ) -> u32 {
     let long_rows = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2;
-    let pages = if dram_gbs_per_sm >= WIDE_DRAM_GBS_PER_SM { page_size >= 8 } else { (8..16).contains(&page_size) };
+    let pages = if wide_dram(dram_gbs_per_sm) { page_size >= 8 } else { (8..16).contains(&page_size) };
     if long_rows && pages {
         0
     } else {
@@ -149,6 +149,12 @@ pub fn default_pipe_mode(
 /// two devices the rules that read it were measured on: [`default_pipe_mode`] takes the block
 /// barrier for every page size from 8 tokens, and [`whole_rows_pay`] keeps only short rows whole.
 pub const WIDE_DRAM_GBS_PER_SM: f64 = 30.0;
+
+/// Whether a device of `dram_gbs_per_sm` plans as an H200 ([`WIDE_DRAM_GBS_PER_SM`] or more); 0,
+/// a driver that does not report its memory, plans as an H100. The one test both rules ask.
+pub fn wide_dram(dram_gbs_per_sm: f64) -> bool {
+    dram_gbs_per_sm >= WIDE_DRAM_GBS_PER_SM
+}
 
 /// Waves of resident blocks (by the split model, at the default stage count) from which the
 /// 16-bit pipelined kernel takes two stages for more resident blocks per SM.
@@ -201,7 +207,7 @@ pub fn unsplit_grid_fills_device(blocks_per_split: u64, multiprocessors: u32) ->
 /// 13.1 warm and 17.6 against 20.6 L2-cold (G3 4 x 512: 11.7 / 11.1 warm, 16.5 / 18.3 cold;
 /// benchmarks/NOTES.md "v30.7").
 pub fn whole_rows_pay(dram_gbs_per_sm: f64, max_keys: u32) -> bool {
-    dram_gbs_per_sm < WIDE_DRAM_GBS_PER_SM || max_keys <= WIDE_DRAM_WHOLE_ROW_MAX_KEYS
+    !wide_dram(dram_gbs_per_sm) || max_keys <= WIDE_DRAM_WHOLE_ROW_MAX_KEYS
 }
 
 /// Longest rows [`whole_rows_pay`] keeps whole on a device of at least [`WIDE_DRAM_GBS_PER_SM`].
