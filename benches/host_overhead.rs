@@ -14,6 +14,11 @@
 //! - `host_overhead/ffi_cuda_behind_memset/<case>` (GPU only): the CUDA handler in bursts of 32
 //!   calls queued behind a 2 GiB memset: the host's cost alone, even for a call whose kernels
 //!   outlast its host work on the GPU.
+//! - `host_overhead/plan_launch_prepared`, `plan_ws_launch_prepared` (GPU only): the driver alone
+//!   launching the tile family's plan kernels with prepared arguments, without and with the three
+//!   128-byte tensor maps a prefill launch carries: what argument bytes cost the driver.
+//! - `host_overhead/cu_launch_kernel_floor`, `cu_launch_kernel_ex_programmatic_floor` (GPU only):
+//!   the driver's floor, one-block launches of simple_add with prepared arguments.
 //!
 //! `cargo bench --bench host_overhead`.
 
@@ -27,6 +32,7 @@ use xla_gpu_kernels::host::capi::{XgkPagedAttentionAttrs, XgkTensor};
 use xla_gpu_kernels::host::ops::paged_attention::{
     kv_tensor_map, workspace_bytes_with, Attributes, KernelChoice, PagedAttention,
 };
+use xla_gpu_kernels::host::runtime::{ContextModule, KernelArgs};
 use xla_gpu_kernels::host::xla::ffi::testing::{take_error, FrameBuilder};
 use xla_gpu_kernels::host::{dtype::TensorRef, DType};
 use xla_gpu_kernels::*;
@@ -305,6 +311,7 @@ fn cuda_calls(c: &mut Criterion) {
     g.bench_function("tensor_map_encode", |b| b.iter(|| kv_tensor_map(&prefill, pa as u64).unwrap()));
     // The driver's own floor: cuLaunchKernel of the same kernel with prepared arguments.
     let module = unsafe { KERNELS.for_stream(raw_stream) }.unwrap();
+    plan_kernel_launches(&mut g, &stream, &module, &prefill);
     let f = module.function_with_shared("simple_add_f32", 0).unwrap();
     let (mut pa2, mut po2, mut n2, mut v2) = (pa as u64, po as u64, n as u64, 1u32);
     let mut params: [*mut c_void; 5] = [
@@ -327,27 +334,88 @@ fn cuda_calls(c: &mut Criterion) {
     // attribute, as the attention kernels are launched on Hopper: the driver's own price of it.
     g.bench_function("cu_launch_kernel_ex_programmatic_floor", |b| {
         b.iter_custom(|iters| {
-            time_bursts(&stream, iters, || unsafe {
-                let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-                attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-                attr.value.programmaticStreamSerializationAllowed = 1;
-                let config = sys::CUlaunchConfig {
-                    gridDimX: 1,
-                    gridDimY: 1,
-                    gridDimZ: 1,
-                    blockDimX: 256,
-                    blockDimY: 1,
-                    blockDimZ: 1,
-                    sharedMemBytes: 0,
-                    hStream: raw_stream,
-                    attrs: &mut attr,
-                    numAttrs: 1,
-                };
-                sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result().unwrap()
-            })
+            time_bursts(&stream, iters, || unsafe { launch_programmatic(f, 256, 0, raw_stream, params.as_mut_ptr()) })
         })
     });
     g.finish();
+}
+
+/// The driver's price of a launch's argument bytes: the tiled family's two plan kernels launched
+/// with prepared arguments (programmatic, as the library launches them on Hopper), on an empty
+/// batch (`num_seqs` 0: each block writes the plan's header and exits). `rpa_plan` takes three
+/// pointers and `RpaParams`; `rpa_plan_ws` takes the same and three 128-byte tensor maps, as the
+/// warp-specialized kernel's launch does. Their difference is what a prefill call's 384 bytes of
+/// maps cost the driver; `ffi_cuda/prefill_1x2k` less `plan_ws_launch_prepared` is the library's
+/// own work on such a call.
+fn plan_kernel_launches(
+    g: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    stream: &Arc<CudaStream>,
+    module: &ContextModule,
+    spec: &PagedAttention,
+) {
+    use kernels_gpu::kernels::paged_attention_tiled::{plan_bytes, plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
+    use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_scratch_bytes, ws_tile_rows};
+    use kernels_gpu::tma::TensorMapImage;
+    let rows = ws_tile_rows(spec.group().max(1));
+    let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
+    let bytes = ws_scratch_bytes(capacity).max(plan_bytes(capacity)) as usize;
+    let plan: CudaSlice<u8> = stream.alloc_zeros(bytes).unwrap();
+    let cu: CudaSlice<i32> = stream.alloc_zeros(2).unwrap();
+    let num_seqs: CudaSlice<i32> = stream.alloc_zeros(1).unwrap();
+    let mut params = spec.kernel_params(1, spec.max_visited_keys());
+    params.tile_rows = rows;
+    params.plan_capacity = capacity as u32;
+    let raw_stream = stream.cu_stream();
+    let map = TensorMapImage { words: kv_tensor_map(spec, plan.device_ptr(stream).0).unwrap() };
+    for (name, maps) in [("rpa_plan", 0usize), ("rpa_plan_ws", 3)] {
+        let f = module.function_with_shared(name, PLAN_SHARED_BYTES).unwrap();
+        let mut args = KernelArgs::new();
+        args.push(cu.device_ptr(stream).0).push(num_seqs.device_ptr(stream).0).push(plan.device_ptr(stream).0);
+        args.push(params);
+        for _ in 0..maps {
+            args.push(map);
+        }
+        let id = if maps == 0 { "plan_launch_prepared" } else { "plan_ws_launch_prepared" };
+        g.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                time_bursts(stream, iters, || unsafe {
+                    launch_programmatic(f, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())
+                })
+            })
+        });
+    }
+    stream.synchronize().unwrap();
+}
+
+/// `cuLaunchKernelEx` of one block with the programmatic-stream-serialization attribute, as the
+/// attention kernels are launched on Hopper.
+///
+/// # Safety
+/// `f` is a live function of the stream's context taking the arguments `params` points at.
+unsafe fn launch_programmatic(
+    f: sys::CUfunction,
+    threads: u32,
+    shared: u32,
+    stream: sys::CUstream,
+    params: *mut *mut c_void,
+) {
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: 1,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: as the caller promised; `config` and `attr` outlive the call.
+    unsafe { sys::cuLaunchKernelEx(&config, f, params, std::ptr::null_mut()) }.result().unwrap()
 }
 
 criterion_group!(benches, ffi_decode_validate, cuda_calls);

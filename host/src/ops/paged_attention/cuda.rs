@@ -1,7 +1,9 @@
 //! CUDA launch of ragged paged attention: the settings, kernel choice, launch plans (from the rules
 //! in `plan_rules`) and their cache, scratch for partials, the launches.
 
+use std::collections::HashSet;
 use std::ffi::c_void;
+use std::sync::Mutex;
 
 use kernels_gpu::attention::RpaParams;
 use kernels_gpu::kernels::paged_attention::{
@@ -485,8 +487,8 @@ impl ResolvedPlan {
 
 /// Launch plans by [`PlanKey`]: deciding one (split model, occupancy lookups) costs more than the
 /// launch itself, and a serving process sees a handful of shapes. Bounded: cleared when full.
-fn plan_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PlanKey, ResolvedPlan>> {
-    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PlanKey, ResolvedPlan>>> =
+fn plan_cache() -> &'static Mutex<std::collections::HashMap<PlanKey, ResolvedPlan>> {
+    static CACHE: std::sync::OnceLock<Mutex<std::collections::HashMap<PlanKey, ResolvedPlan>>> =
         std::sync::OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
@@ -538,7 +540,7 @@ fn cached_plan(
         None => {
             let plan = ResolvedPlan::new(module, spec, plan_launch(module, spec, choice, limit, false, captured)?)?;
             if settings()?.log_plans {
-                eprintln!("{}", plan_log_line(module, spec, choice, limit, captured, &plan.plan));
+                log_plan_once(plan_log_line(module, spec, choice, limit, captured, &plan.plan));
             }
             let mut cache = plan_cache().lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= PLAN_CACHE_ENTRIES {
@@ -553,6 +555,21 @@ fn cached_plan(
     next[1..].copy_from_slice(&memo[..MEMO_PLANS - 1]);
     LAST_PLANS.with(|last| last.set(next));
     Ok(plan)
+}
+
+/// Writes a plan's log line to stderr unless this process wrote the same line before: a
+/// settings reload (benchmarks switching variants) empties the plan cache, and the plans then
+/// made again are the ones already logged.
+fn log_plan_once(line: String) {
+    static LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let mut logged = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    let logged = logged.get_or_insert_with(HashSet::new);
+    if logged.len() >= PLAN_CACHE_ENTRIES {
+        logged.clear();
+    }
+    if logged.insert(line.clone()) {
+        eprintln!("{line}");
+    }
 }
 
 /// [`LOG_PLANS_ENV_VAR`]'s line for a plan just made: the device figures the rules read, the
@@ -673,8 +690,6 @@ pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str 
 }
 
 fn intern(name: String) -> &'static str {
-    use std::collections::HashSet;
-    use std::sync::Mutex;
     static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
     let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());
     let set = guard.get_or_insert_with(HashSet::new);
