@@ -298,15 +298,8 @@ const DEFAULT_DECODE_APART: u32 = 2;
 /// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
 /// and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators, four
 /// blocks per SM for head_dim 128) for 16-bit KV (`1`) or for fp8 KV too (`2`), or heads as rows
-/// (`rpa_pipe_*`) everywhere (`0`); unset or empty: [`DEFAULT_KEY_ROWS`].
+/// (`rpa_pipe_*`) everywhere (`0`); unset or empty: by the device ([`default_key_rows`]).
 pub const KEY_ROWS_ENV_VAR: &str = "XGK_RPA_KEY_ROWS";
-
-/// Default of [`KEY_ROWS_ENV_VAR`]: 16-bit KV only. On an H200 the key-rows kernels ran every
-/// G1 decode cell 0-7 % faster (1 x 2k 10.1 -> 9.4 µs); with fp8 KV 32 x 4k and 64 x 8k 1-2 %
-/// faster, but 1 x 32k 3-5 % slower (its four blocks per SM plan more, shorter splits; no plan
-/// or stage count measured faster than the head-rows kernel there; benchmarks/NOTES.md "v18").
-const DEFAULT_KEY_ROWS: u32 = 1;
-
 /// Whether the pipelined kernel's key-rows layout covers a problem: a GQA group that fits its
 /// columns, head_dim 64 or 128.
 pub fn key_rows_applies(spec: &PagedAttention) -> bool {
@@ -315,9 +308,10 @@ pub fn key_rows_applies(spec: &PagedAttention) -> bool {
 
 /// Whether the pipelined kernel runs `spec` in the key-rows layout: where it applies and the
 /// settings take it.
-fn key_rows_taken(spec: &PagedAttention) -> Result<bool> {
+fn key_rows_taken(module: &ContextModule, spec: &PagedAttention) -> Result<bool> {
     let fp8 = spec.kv_dtype.size_bytes() == Some(1);
-    Ok(key_rows_applies(spec) && settings()?.key_rows > fp8 as u32)
+    let key_rows = settings()?.key_rows.unwrap_or_else(|| default_key_rows(module.dram_gbs_per_multiprocessor));
+    Ok(key_rows_applies(spec) && key_rows > fp8 as u32)
 }
 
 /// The process's launch settings, from the environment.
@@ -351,8 +345,8 @@ pub struct LaunchSettings {
     pub merge_mode: u32,
     /// [`TABLE_PRELOAD_ENV_VAR`].
     pub table_preload: bool,
-    /// [`KEY_ROWS_ENV_VAR`].
-    pub key_rows: u32,
+    /// [`KEY_ROWS_ENV_VAR`] (None: [`default_key_rows`]).
+    pub key_rows: Option<u32>,
     /// [`DECODE_APART_ENV_VAR`].
     pub decode_apart: u32,
     /// [`LOG_PLANS_ENV_VAR`].
@@ -401,7 +395,7 @@ pub fn reload_settings() -> Result<LaunchSettings> {
         pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
         merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, DEFAULT_MERGE_MODE, 0..=MERGE_BY_CAPTURE)?,
         table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
-        key_rows: bounded_from_env(KEY_ROWS_ENV_VAR, DEFAULT_KEY_ROWS, 0..=2)?,
+        key_rows: optional_bounded_from_env(KEY_ROWS_ENV_VAR, 0..=2)?,
         decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
         log_plans: bounded_from_env(LOG_PLANS_ENV_VAR, 0, 0..=1)? == 1,
     };
@@ -671,11 +665,11 @@ pub fn tiled_preferred(spec: &PagedAttention, cc: u32) -> bool {
 /// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_<kv>_d<D>`
 /// (pipelined; `rpa_pipe_kr_...` in the key-rows layout where it applies and
 /// [`KEY_ROWS_ENV_VAR`] takes it), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
-pub fn kernel_name(spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
+pub fn kernel_name(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
     let name = match kernel {
         // A settings error surfaces where the plan reads them.
-        KernelChoice::Pipelined if key_rows_taken(spec).unwrap_or(false) => {
+        KernelChoice::Pipelined if key_rows_taken(module, spec).unwrap_or(false) => {
             format!("rpa_pipe_kr_{q}_{kv}_d{}", spec.head_dim)
         }
         KernelChoice::Pipelined => format!("rpa_pipe_{q}_{kv}_d{}", spec.head_dim),
@@ -1031,7 +1025,7 @@ fn plan_launch(
 ) -> Result<LaunchPlan> {
     // The pipelined kernel on a grid of sequences ([`plan_apart_decode`]): its own kernel, planned
     // with its own occupancy.
-    let kernel_name = |spec: &PagedAttention, kernel: KernelChoice| match kernel_name(spec, kernel) {
+    let kernel_name = |spec: &PagedAttention, kernel: KernelChoice| match kernel_name(module, spec, kernel) {
         name if by_sequence && kernel == KernelChoice::Pipelined => by_sequence_name(name),
         name => name,
     };
@@ -1127,8 +1121,12 @@ fn plan_launch(
     let (mut splits, mut split_len, cluster) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
         let settings = settings()?;
+        let cap = fp8_key_rows_plan_blocks(key_rows_taken(module, spec)?, kv_bytes, module.dram_gbs_per_multiprocessor);
+        let split_plan = |shared_bytes| {
+            plan_pipelined_splits(module, &settings, name, threads, shared_bytes, cap, blocks_per_split, max_keys)
+        };
         let mut s;
-        (s, waves) = plan_pipelined_splits(module, &settings, name, threads, shared_bytes, blocks_per_split, max_keys)?;
+        (s, waves) = split_plan(shared_bytes)?;
         if kv_bytes == 2
             && !settings.full_grid_splits
             && s.splits > 1
@@ -1144,11 +1142,11 @@ fn plan_launch(
             if module.resident_blocks(name, threads, two)? > module.resident_blocks(name, threads, shared_bytes)? {
                 // At the residency the split model plans with, so that `XGK_RPA_PLAN_BLOCKS`
                 // moves this rule too.
-                let slots = planned_slots(module, &settings, name, threads, two)?;
+                let slots = planned_slots(module, &settings, name, threads, two, cap)?;
                 let s2 = if unsplit_grid_is_long(blocks_per_split, slots) {
                     whole_rows(max_keys)
                 } else {
-                    plan_pipelined_splits(module, &settings, name, threads, two, blocks_per_split, max_keys)?.0
+                    split_plan(two)?.0
                 };
                 if long_grid_takes_two_stages(s.splits, waves, s2.splits) {
                     (stages, shared_bytes, s) = (2, two, s2);
@@ -1159,8 +1157,7 @@ fn plan_launch(
             let tile_keys = pipelined_tile_keys(spec.head_dim);
             let deep = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, FP8_WHOLE_ROW_STAGES);
             if deep <= module.max_shared_bytes_per_block {
-                let (s_deep, waves_deep) =
-                    plan_pipelined_splits(module, &settings, name, threads, deep, blocks_per_split, max_keys)?;
+                let (s_deep, waves_deep) = split_plan(deep)?;
                 if s_deep.splits == 1 && waves_deep <= FP8_WHOLE_ROW_MAX_WAVES {
                     (stages, shared_bytes, s) = (FP8_WHOLE_ROW_STAGES, deep, s_deep);
                 }
@@ -1194,7 +1191,7 @@ fn plan_launch(
         (0, _) => 0,
         (_, Some(mode)) => mode,
         (_, None) => default_pipe_mode(
-            key_rows_taken(spec)?,
+            key_rows_taken(module, spec)?,
             kv_bytes,
             stages,
             split_len,
@@ -1225,19 +1222,21 @@ fn plan_launch(
 }
 
 /// The pipelined kernel's key splits for its block (`threads`, `shared_bytes`), and the waves of
-/// resident blocks the grid then takes: the split model over the device's resident blocks (or
-/// [`PLAN_BLOCKS_ENV_VAR`]'s), merged in clusters where the model prefers it and every cluster
-/// of the grid runs at once.
+/// resident blocks the grid then takes: the split model over the device's resident blocks (at
+/// most `cap` per SM, or [`PLAN_BLOCKS_ENV_VAR`]'s), merged in clusters where the model prefers
+/// it and every cluster of the grid runs at once.
+#[allow(clippy::too_many_arguments)]
 fn plan_pipelined_splits(
     module: &ContextModule,
     settings: &LaunchSettings,
     name: &'static str,
     threads: u32,
     shared_bytes: u32,
+    cap: Option<u32>,
     blocks_per_split: u64,
     max_keys: u32,
 ) -> Result<(PipelinedSplits, u64)> {
-    let slots = planned_slots(module, settings, name, threads, shared_bytes)?;
+    let slots = planned_slots(module, settings, name, threads, shared_bytes, cap)?;
     let model = |cluster_limit| {
         choose_splits_by_waves(
             blocks_per_split,
@@ -1262,16 +1261,21 @@ fn plan_pipelined_splits(
 }
 
 /// Resident blocks of the pipelined kernel (`threads`, `shared_bytes`) across the device that the
-/// split model plans with: the device's residency, or [`PLAN_BLOCKS_ENV_VAR`]'s per SM when set.
+/// split model plans with: the device's residency (at most `cap` per SM:
+/// [`fp8_key_rows_plan_blocks`]), or [`PLAN_BLOCKS_ENV_VAR`]'s per SM when set.
 fn planned_slots(
     module: &ContextModule,
     settings: &LaunchSettings,
     name: &'static str,
     threads: u32,
     shared_bytes: u32,
+    cap: Option<u32>,
 ) -> Result<u64> {
     let resident = match settings.plan_blocks {
-        0 => module.resident_blocks(name, threads, shared_bytes)?,
+        0 => {
+            let resident = module.resident_blocks(name, threads, shared_bytes)?;
+            cap.map_or(resident, |cap| resident.min(cap))
+        }
         n => n,
     };
     Ok(resident as u64 * module.multiprocessors as u64)

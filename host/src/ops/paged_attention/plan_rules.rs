@@ -213,6 +213,34 @@ pub fn whole_rows_pay(dram_gbs_per_sm: f64, max_keys: u32) -> bool {
 /// Longest rows [`whole_rows_pay`] keeps whole on a device of at least [`WIDE_DRAM_GBS_PER_SM`].
 pub const WIDE_DRAM_WHOLE_ROW_MAX_KEYS: u32 = 512;
 
+/// The pipelined kernel's layout where none is set (`XGK_RPA_KEY_ROWS`): `1`, keys as the mma's
+/// rows for 16-bit KV only, on a device of at least [`WIDE_DRAM_GBS_PER_SM`]; `2`, fp8 KV too,
+/// below it. On an H200 the fp8 key-rows kernel ran 32 x 4k and 64 x 8k 1-2 % faster than the
+/// head-rows one but 1 x 32k 3-5 % slower at every plan tried (planning its splits for two blocks
+/// per SM 15 % slower: 31.0 against 26.9 µs; benchmarks/NOTES.md "v18"). On an H100 key rows with
+/// splits planned for two blocks per SM ([`fp8_key_rows_plan_blocks`]) ran all three faster:
+/// 1 x 32k 32.7-32.9 against 33.6-33.7 µs (0.606-0.611x of bf16 against 0.623x), 32 x 4k 97.7
+/// against 99.6, 64 x 8k 371.2 against 374.5 (NOTES "v31.6-7").
+pub fn default_key_rows(dram_gbs_per_sm: f64) -> u32 {
+    if wide_dram(dram_gbs_per_sm) {
+        1
+    } else {
+        2
+    }
+}
+
+/// Most resident blocks per SM the split model plans the fp8 key-rows kernel with on a device
+/// below [`WIDE_DRAM_GBS_PER_SM`] (None: the kernel's occupancy). The kernel fits four blocks of
+/// two stages per SM; planned for four (or three), 1 x 32k splits into 43-47 shorter rows and ran
+/// 33.6-34.7 µs on an H100, planned for two into 32 of 1024 keys and ran 32.7-32.9 (NOTES "v31.7":
+/// the fewer, longer splits draw an H100's bandwidth; an H200 needs the blocks, [`default_key_rows`]).
+pub fn fp8_key_rows_plan_blocks(key_rows: bool, kv_bytes: u32, dram_gbs_per_sm: f64) -> Option<u32> {
+    (key_rows && kv_bytes == 1 && !wide_dram(dram_gbs_per_sm)).then_some(FP8_KEY_ROWS_PLAN_BLOCKS)
+}
+
+/// See [`fp8_key_rows_plan_blocks`].
+pub const FP8_KEY_ROWS_PLAN_BLOCKS: u32 = 2;
+
 /// One split per row: whole rows, in whole pipeline tiles.
 pub(super) fn whole_rows(max_keys: u32) -> PipelinedSplits {
     PipelinedSplits { splits: 1, split_len: max_keys.max(1).next_multiple_of(PIPE_TILE_KEYS), cluster: false }
@@ -390,6 +418,29 @@ mod tests {
             assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, gbs), 1);
             assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 8, gbs), 1);
         }
+    }
+
+    #[test]
+    fn fp8_takes_key_rows_with_fewer_planned_blocks_below_wide_dram() {
+        const H200: f64 = 36.5;
+        // An H200: key rows for 16-bit KV only, splits at the kernel's occupancy.
+        assert_eq!(default_key_rows(H200), 1);
+        assert_eq!(fp8_key_rows_plan_blocks(true, 1, H200), None);
+        // An H100 (or a device that does not report its memory): fp8 too, its splits planned for
+        // two blocks per SM; 16-bit KV and the head-rows kernel keep their occupancy.
+        for gbs in [25.4, 0.0] {
+            assert_eq!(default_key_rows(gbs), 2);
+            assert_eq!(fp8_key_rows_plan_blocks(true, 1, gbs), Some(FP8_KEY_ROWS_PLAN_BLOCKS));
+            assert_eq!(fp8_key_rows_plan_blocks(true, 2, gbs), None);
+            assert_eq!(fp8_key_rows_plan_blocks(false, 1, gbs), None);
+        }
+        // G1 fp8 1 x 32k (8 KV heads) on 132 SMs: two blocks per SM plan 32 splits of 1024 keys,
+        // four plan shorter ones (the split model alone; clusters aside).
+        let splits = |blocks: u64| {
+            choose_splits_by_waves(8, 32768, blocks * 132, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS, 0)
+        };
+        assert_eq!((splits(2).splits, splits(2).split_len), (32, 1024));
+        assert!(splits(4).splits > 32);
     }
 
     #[test]
