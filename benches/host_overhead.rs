@@ -14,7 +14,8 @@
 //! - `host_overhead/ffi_cuda_behind_memset/<case>` (GPU only): the CUDA handler in bursts of 32
 //!   calls queued behind a 2 GiB memset: the host's cost alone, even for a call whose kernels
 //!   outlast its host work on the GPU.
-//! - `host_overhead/plan_launch_prepared`, `plan_ws_launch_prepared` (GPU only): the driver alone
+//! - `host_overhead/plan_launch_prepared`, `plan_ws_launch_prepared` (GPU only; the second on
+//!   Hopper): the driver alone
 //!   launching the tile family's plan kernels with prepared arguments, without and with the three
 //!   128-byte tensor maps a prefill launch carries: what argument bytes cost the driver.
 //! - `host_overhead/cu_launch_kernel_floor`, `cu_launch_kernel_ex_programmatic_floor` (GPU only):
@@ -92,8 +93,8 @@ const SHAPES: [Shape; 5] = [
     Shape { name: "decode_1x32k", rows: 1, seqs: 1, pages_per_seq: 2048, pool_pages: 2048 },
     // 64 sequences, 2k keys
     Shape { name: "decode_64x2k", rows: 64, seqs: 64, pages_per_seq: 128, pool_pages: 8192 },
-    // one 2k-token prefill: on Hopper the plan kernel and the warp-specialized kernel, with the
-    // K/V, Q and output tensor maps encoded per call
+    // one 2k-token prefill: on Hopper one launch of the warp-specialized kernel, which plans in
+    // its block 0, with the K/V, Q and output tensor maps encoded per call
     Shape { name: "prefill_1x2k", rows: 2048, seqs: 1, pages_per_seq: 128, pool_pages: 128 },
     // an engine step's shapes (more rows than sequence slots, under 64 per slot): on Hopper the
     // decode kernel over its one-row sequences, then the warp-specialized kernel beside it
@@ -360,14 +361,17 @@ fn plan_kernel_launches(
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
     let bytes = ws_scratch_bytes(capacity).max(plan_bytes(capacity)) as usize;
     let plan: CudaSlice<u8> = stream.alloc_zeros(bytes).unwrap();
-    let cu: CudaSlice<i32> = stream.alloc_zeros(2).unwrap();
+    let cu: CudaSlice<i32> = stream.alloc_zeros(spec.max_num_seqs as usize + 1).unwrap();
     let num_seqs: CudaSlice<i32> = stream.alloc_zeros(1).unwrap();
     let mut params = spec.kernel_params(1, spec.max_visited_keys());
     params.tile_rows = rows;
     params.plan_capacity = capacity as u32;
     let raw_stream = stream.cu_stream();
     let map = TensorMapImage { words: kv_tensor_map(spec, plan.device_ptr(stream).0).unwrap() };
-    for (name, maps) in [("rpa_plan", 0usize), ("rpa_plan_ws", 3)] {
+    // `rpa_plan_ws` is in the sm_90 image only (Hopper).
+    let kernels: &[(&str, usize)] =
+        if module.image.has_wgmma() { &[("rpa_plan", 0), ("rpa_plan_ws", 3)] } else { &[("rpa_plan", 0)] };
+    for &(name, maps) in kernels {
         let f = module.function_with_shared(name, PLAN_SHARED_BYTES).unwrap();
         let mut args = KernelArgs::new();
         args.push(cu.device_ptr(stream).0).push(num_seqs.device_ptr(stream).0).push(plan.device_ptr(stream).0);

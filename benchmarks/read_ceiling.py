@@ -4,8 +4,8 @@
 Decode reads its KV once and writes next to nothing, so its ceiling is the read bandwidth, not the
 copy bandwidth (a copy turns the bus around between reads and writes). This script measures both
 on one GPU, in one process: a 1 GiB device-to-device copy (bytes read + written, as `peers.py`),
-and a read-only kernel (CuPy raw kernel: 16-byte loads, a grid-stride loop, a few blocks per
-multiprocessor, one word stored per thread) over 0.5-4 GiB, medians of CUDA-event timings. The
+and a read-only kernel (CuPy raw kernel: 16-byte loads, a grid-stride loop over a grid of 4-16
+blocks per multiprocessor (the largest more than fit at once), one word stored per thread) over 0.5-4 GiB, medians of CUDA-event timings. The
 ratio read/copy bounds what any decode kernel (ours or FlashInfer's) can reach on the large cells,
 where both already read at 100-105 % of the copy bandwidth.
 
@@ -73,7 +73,7 @@ def main():
             row = {"gib": gib, "blocks_per_sm": blocks_per_sm, "threads": threads, "us": ms * 1e3, "gbs": gbs,
                    "of_copy": gbs / copy_gbs}
             result["read"].append(row)
-            print(f"read {gib:4} GiB  {blocks_per_sm:2} x {threads} per SM: {ms * 1e3:8.1f} us "
+            print(f"read {gib:4} GiB  grid {blocks_per_sm:2} x {threads} threads per SM: {ms * 1e3:8.1f} us "
                   f"{gbs:6.0f} GB/s = {100 * gbs / copy_gbs:5.1f} % of copy")
         del src
     best = max(r["gbs"] for r in result["read"])

@@ -101,7 +101,10 @@ fn check_exports(ptx: &str, arch: &str) {
             names.push(format!("rpa_pipe_seq_{q}_{q}_d{d}"));
         }
         for d in [64, 128] {
-            names.push(format!("rpa_pipe_kr_{q}_{q}_d{d}"));
+            // Key rows: every KV dtype (fp8 takes them by default on an H100 at head_dim 128).
+            for kv in [q, "e4m3", "e5m2"] {
+                names.push(format!("rpa_pipe_kr_{q}_{kv}_d{d}"));
+            }
             names.push(format!("rpa_pipe_kr_seq_{q}_{q}_d{d}"));
         }
         for d in [64, 128] {

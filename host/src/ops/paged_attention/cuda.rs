@@ -208,8 +208,10 @@ pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
 
 /// Environment variable setting the resident blocks per multiprocessor that the pipelined
 /// kernel's split model plans with (1 to 32; unset, empty or 0: the driver's occupancy figure for
-/// the kernel and its stages). An experiment's knob: it separates a stage count's residency from
-/// the split plan the extra residency would otherwise bring (benchmarks/NOTES.md "v10").
+/// the kernel and its stages, at most [`FP8_KEY_ROWS_PLAN_BLOCKS`] for the fp8 key-rows kernel
+/// where [`fp8_key_rows_pay`] chose it). An experiment's knob: it separates a stage count's
+/// residency from the split plan the extra residency would otherwise bring (benchmarks/NOTES.md
+/// "v10").
 pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 
 /// Environment variable letting the split model split a 16-bit grid whose unsplit rows already
@@ -284,11 +286,13 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`).
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 
-/// Environment variable that makes the library write each launch plan it makes to stderr, one line
-/// per (device, shapes, attributes, kernel choice): `1` on, unset, empty or `0` off. A
-/// benchmark's log then says what `auto` chose (kernel, stages, splits, merge, pipe mode) and on
-/// what device figures, instead of leaving it to be inferred from which variant's column it
-/// matches. Plans are made once and cached, so a line is written at a shape's first call only.
+/// Environment variable that makes the library write each launch plan it makes to stderr: `1` on,
+/// unset, empty or `0` off. A line names the device figures the rules read, the static shapes,
+/// the kernel choice and workspace, and the plan (kernel, stages, splits, merge, pipe mode), so a
+/// benchmark's log says what `auto` chose instead of leaving it to be inferred from which
+/// variant's column it matches. Plans are cached, and a settings reload makes them again: a line
+/// is written once per process (`log_plan_once`, which forgets after as many lines as the plan
+/// cache holds).
 pub const LOG_PLANS_ENV_VAR: &str = "XGK_LOG_PLANS";
 
 /// Default of [`DECODE_APART_ENV_VAR`].
@@ -298,20 +302,33 @@ const DEFAULT_DECODE_APART: u32 = 2;
 /// [`KEY_ROWS_MAX_HEADS`] and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
 /// and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators, four
 /// blocks per SM for head_dim 128) for 16-bit KV (`1`) or for fp8 KV too (`2`), or heads as rows
-/// (`rpa_pipe_*`) everywhere (`0`); unset or empty: by the device ([`default_key_rows`]).
+/// (`rpa_pipe_*`) everywhere (`0`); unset or empty: 16-bit KV, and fp8 KV where
+/// [`fp8_key_rows_pay`] (an H100 at head_dim 128), its splits then planned for at most
+/// [`FP8_KEY_ROWS_PLAN_BLOCKS`] blocks per SM (an explicit `2` plans at the kernel's occupancy).
 pub const KEY_ROWS_ENV_VAR: &str = "XGK_RPA_KEY_ROWS";
+
 /// Whether the pipelined kernel's key-rows layout covers a problem: a GQA group that fits its
 /// columns, head_dim 64 or 128.
 pub fn key_rows_applies(spec: &PagedAttention) -> bool {
     spec.group() <= KEY_ROWS_MAX_HEADS && matches!(spec.head_dim, 64 | 128)
 }
 
-/// Whether the pipelined kernel runs `spec` in the key-rows layout: where it applies and the
-/// settings take it.
+/// Whether the pipelined kernel runs `spec` in the key-rows layout: where it applies and
+/// [`KEY_ROWS_ENV_VAR`] takes it, or where that is unset, for 16-bit KV and where
+/// [`fp8_key_rows_pay`].
 fn key_rows_taken(module: &ContextModule, spec: &PagedAttention) -> Result<bool> {
     let fp8 = spec.kv_dtype.size_bytes() == Some(1);
-    let key_rows = settings()?.key_rows.unwrap_or_else(|| default_key_rows(module.dram_gbs_per_multiprocessor));
-    Ok(key_rows_applies(spec) && key_rows > fp8 as u32)
+    let taken = match settings()?.key_rows {
+        Some(key_rows) => key_rows > fp8 as u32,
+        None => !fp8 || fp8_key_rows_by_default(module, spec),
+    };
+    Ok(key_rows_applies(spec) && taken)
+}
+
+/// Whether fp8 KV is in the key-rows kernel by [`fp8_key_rows_pay`] (with [`KEY_ROWS_ENV_VAR`]
+/// unset), which then plans its splits for at most [`FP8_KEY_ROWS_PLAN_BLOCKS`] blocks per SM.
+fn fp8_key_rows_by_default(module: &ContextModule, spec: &PagedAttention) -> bool {
+    fp8_key_rows_pay(module.dram_gbs_per_multiprocessor, module.compute_capability, spec.head_dim)
 }
 
 /// The process's launch settings, from the environment.
@@ -345,7 +362,7 @@ pub struct LaunchSettings {
     pub merge_mode: u32,
     /// [`TABLE_PRELOAD_ENV_VAR`].
     pub table_preload: bool,
-    /// [`KEY_ROWS_ENV_VAR`] (None: [`default_key_rows`]).
+    /// [`KEY_ROWS_ENV_VAR`] (None: by [`key_rows_taken`]'s default).
     pub key_rows: Option<u32>,
     /// [`DECODE_APART_ENV_VAR`].
     pub decode_apart: u32,
@@ -561,8 +578,9 @@ fn log_plan_once(line: String) {
     if logged.len() >= PLAN_CACHE_ENTRIES {
         logged.clear();
     }
-    if logged.insert(line.clone()) {
+    if !logged.contains(&line) {
         eprintln!("{line}");
+        logged.insert(line);
     }
 }
 
@@ -663,8 +681,7 @@ pub fn tiled_preferred(spec: &PagedAttention, cc: u32) -> bool {
 }
 
 /// Name of the attention kernel for a problem, as exported by the PTX: `rpa_pipe_<q>_<kv>_d<D>`
-/// (pipelined; `rpa_pipe_kr_...` in the key-rows layout where it applies and
-/// [`KEY_ROWS_ENV_VAR`] takes it), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
+/// (pipelined; `rpa_pipe_kr_...` in the key-rows layout where [`key_rows_taken`]), `rpa_mma_<q>_<kv>_d<D>` (tensor cores) or `rpa_<q>_<kv>_dpl<N>` (general).
 pub fn kernel_name(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoice) -> &'static str {
     let (q, kv) = (dtype_tag(spec.q_dtype), dtype_tag(spec.kv_dtype));
     let name = match kernel {
@@ -1121,7 +1138,8 @@ fn plan_launch(
     let (mut splits, mut split_len, cluster) = if kernel == KernelChoice::Pipelined {
         let name = kernel_name(spec, kernel);
         let settings = settings()?;
-        let cap = fp8_key_rows_plan_blocks(key_rows_taken(module, spec)?, kv_bytes, module.dram_gbs_per_multiprocessor);
+        let fp8_key_rows = kv_bytes == 1 && settings.key_rows.is_none() && key_rows_taken(module, spec)?;
+        let cap = fp8_key_rows.then_some(FP8_KEY_ROWS_PLAN_BLOCKS);
         let split_plan = |shared_bytes| {
             plan_pipelined_splits(module, &settings, name, threads, shared_bytes, cap, blocks_per_split, max_keys)
         };
@@ -1261,8 +1279,9 @@ fn plan_pipelined_splits(
 }
 
 /// Resident blocks of the pipelined kernel (`threads`, `shared_bytes`) across the device that the
-/// split model plans with: the device's residency (at most `cap` per SM:
-/// [`fp8_key_rows_plan_blocks`]), or [`PLAN_BLOCKS_ENV_VAR`]'s per SM when set.
+/// split model plans with: the device's residency (at most `cap` per SM: the fp8 key-rows
+/// kernel's [`FP8_KEY_ROWS_PLAN_BLOCKS`] where [`fp8_key_rows_pay`] chose it), or
+/// [`PLAN_BLOCKS_ENV_VAR`]'s per SM when set.
 fn planned_slots(
     module: &ContextModule,
     settings: &LaunchSettings,

@@ -147,11 +147,13 @@ pub fn default_pipe_mode(
 /// DRAM bandwidth per SM (GB/s, [`crate::runtime::ContextModule::dram_gbs_per_multiprocessor`])
 /// from which a device plans as an H200 (36.5 GB/s per SM) rather than as an H100 SXM (25.4), the
 /// two devices the rules that read it were measured on: [`default_pipe_mode`] takes the block
-/// barrier for every page size from 8 tokens, and [`whole_rows_pay`] keeps only short rows whole.
+/// barrier for every page size from 8 tokens, [`whole_rows_pay`] keeps only short rows whole, and
+/// [`fp8_key_rows_pay`] leaves fp8 KV in the head-rows kernel.
 pub const WIDE_DRAM_GBS_PER_SM: f64 = 30.0;
 
 /// Whether a device of `dram_gbs_per_sm` plans as an H200 ([`WIDE_DRAM_GBS_PER_SM`] or more); 0,
-/// a driver that does not report its memory, plans as an H100. The one test both rules ask.
+/// a driver that does not report its memory, plans as an H100 (but for [`fp8_key_rows_pay`],
+/// which asks for a reported figure). The one test the rules that read the figure ask.
 pub fn wide_dram(dram_gbs_per_sm: f64) -> bool {
     dram_gbs_per_sm >= WIDE_DRAM_GBS_PER_SM
 }
@@ -213,32 +215,25 @@ pub fn whole_rows_pay(dram_gbs_per_sm: f64, max_keys: u32) -> bool {
 /// Longest rows [`whole_rows_pay`] keeps whole on a device of at least [`WIDE_DRAM_GBS_PER_SM`].
 pub const WIDE_DRAM_WHOLE_ROW_MAX_KEYS: u32 = 512;
 
-/// The pipelined kernel's layout where none is set (`XGK_RPA_KEY_ROWS`): `1`, keys as the mma's
-/// rows for 16-bit KV only, on a device of at least [`WIDE_DRAM_GBS_PER_SM`]; `2`, fp8 KV too,
-/// below it. On an H200 the fp8 key-rows kernel ran 32 x 4k and 64 x 8k 1-2 % faster than the
-/// head-rows one but 1 x 32k 3-5 % slower at every plan tried (planning its splits for two blocks
-/// per SM 15 % slower: 31.0 against 26.9 µs; benchmarks/NOTES.md "v18"). On an H100 key rows with
-/// splits planned for two blocks per SM ([`fp8_key_rows_plan_blocks`]) ran all three faster:
-/// 1 x 32k 32.7-32.9 against 33.6-33.7 µs (0.606-0.611x of bf16 against 0.623x), 32 x 4k 97.7
-/// against 99.6, 64 x 8k 371.2 against 374.5 (NOTES "v31.6-7").
-pub fn default_key_rows(dram_gbs_per_sm: f64) -> u32 {
-    if wide_dram(dram_gbs_per_sm) {
-        1
-    } else {
-        2
-    }
+/// Whether fp8 KV takes the key-rows kernel where `XGK_RPA_KEY_ROWS` is unset, its splits
+/// planned for at most [`FP8_KEY_ROWS_PLAN_BLOCKS`] blocks per SM: on Hopper (compute capability
+/// 9.x) below [`WIDE_DRAM_GBS_PER_SM`] (an H100), at head_dim 128, where it was measured. There,
+/// against the head-rows kernel, two processes each (benchmarks/NOTES.md "v31.7-8"): G1 e4m3 1 x
+/// 32k 34.1 -> 32.8 µs, 4 x 8k 36.5 -> 32.6, 16 x 2k 34.1 -> 32.5, 64 x 512 36.7 -> 34.1, 1 x 2k
+/// 11.4 -> 10.3, 32 x 4k 101.5 -> 99.8, 64 x 8k 376 -> 372, e5m2 alike, G2 1 x 32k 37.8 -> 35.1,
+/// G3 32 x 4k 374.5 -> 358.3, but G3 1 x 32k 98.4 -> 100.5 (one process). Planned for the kernel's
+/// occupancy instead (three or four blocks), 1 x 32k splits into 43-47 shorter splits and ran
+/// 33.6-34.7 µs: fewer, longer splits draw an H100's bandwidth. On an H200 the same plan was 15 %
+/// slower (1 x 32k 31.0 against 26.9 µs, NOTES "v18"), and key rows at the kernel's occupancy
+/// ran 1 x 32k as the head rows did (26.6 against 26.9) and were the faster at 32 x 4k and
+/// 64 x 8k only by 1-2 %: an H200 keeps head rows for fp8. Other devices (sm_80/86/89), head_dim
+/// 64, and drivers that do not report their memory were not measured: head rows.
+pub fn fp8_key_rows_pay(dram_gbs_per_sm: f64, compute_capability: u32, head_dim: u32) -> bool {
+    dram_gbs_per_sm > 0.0 && !wide_dram(dram_gbs_per_sm) && compute_capability / 10 == 9 && head_dim == 128
 }
 
-/// Most resident blocks per SM the split model plans the fp8 key-rows kernel with on a device
-/// below [`WIDE_DRAM_GBS_PER_SM`] (None: the kernel's occupancy). The kernel fits four blocks of
-/// two stages per SM; planned for four (or three), 1 x 32k splits into 43-47 shorter rows and ran
-/// 33.6-34.7 µs on an H100, planned for two into 32 of 1024 keys and ran 32.7-32.9 (NOTES "v31.7":
-/// the fewer, longer splits draw an H100's bandwidth; an H200 needs the blocks, [`default_key_rows`]).
-pub fn fp8_key_rows_plan_blocks(key_rows: bool, kv_bytes: u32, dram_gbs_per_sm: f64) -> Option<u32> {
-    (key_rows && kv_bytes == 1 && !wide_dram(dram_gbs_per_sm)).then_some(FP8_KEY_ROWS_PLAN_BLOCKS)
-}
-
-/// See [`fp8_key_rows_plan_blocks`].
+/// Most resident blocks per SM the split model plans the fp8 key-rows kernel with where
+/// [`fp8_key_rows_pay`] chose it (the head_dim-128 kernel fits four blocks of two stages).
 pub const FP8_KEY_ROWS_PLAN_BLOCKS: u32 = 2;
 
 /// One split per row: whole rows, in whole pipeline tiles.
@@ -421,25 +416,21 @@ mod tests {
     }
 
     #[test]
-    fn fp8_takes_key_rows_with_fewer_planned_blocks_below_wide_dram() {
-        const H200: f64 = 36.5;
-        // An H200: key rows for 16-bit KV only, splits at the kernel's occupancy.
-        assert_eq!(default_key_rows(H200), 1);
-        assert_eq!(fp8_key_rows_plan_blocks(true, 1, H200), None);
-        // An H100 (or a device that does not report its memory): fp8 too, its splits planned for
-        // two blocks per SM; 16-bit KV and the head-rows kernel keep their occupancy.
-        for gbs in [25.4, 0.0] {
-            assert_eq!(default_key_rows(gbs), 2);
-            assert_eq!(fp8_key_rows_plan_blocks(true, 1, gbs), Some(FP8_KEY_ROWS_PLAN_BLOCKS));
-            assert_eq!(fp8_key_rows_plan_blocks(true, 2, gbs), None);
-            assert_eq!(fp8_key_rows_plan_blocks(false, 1, gbs), None);
-        }
+    fn fp8_takes_key_rows_on_an_h100_at_head_dim_128_only() {
+        // An H100 (sm_90, 25.4 GB/s per SM), head_dim 128: key rows, splits for two blocks.
+        assert!(fp8_key_rows_pay(25.4, 90, 128));
+        // An H200, head_dim 64, a device of another generation (an A100: ~15 GB/s per SM), a
+        // driver that does not report its memory: head rows, as before the rule.
+        assert!(!fp8_key_rows_pay(36.5, 90, 128));
+        assert!(!fp8_key_rows_pay(25.4, 90, 64));
+        assert!(!fp8_key_rows_pay(15.1, 80, 128));
+        assert!(!fp8_key_rows_pay(0.0, 90, 128));
         // G1 fp8 1 x 32k (8 KV heads) on 132 SMs: two blocks per SM plan 32 splits of 1024 keys,
         // four plan shorter ones (the split model alone; clusters aside).
         let splits = |blocks: u64| {
             choose_splits_by_waves(8, 32768, blocks * 132, DEFAULT_MIN_SPLIT_TILES, DEFAULT_MERGE_COST_KEYS, 0)
         };
-        assert_eq!((splits(2).splits, splits(2).split_len), (32, 1024));
+        assert_eq!((splits(FP8_KEY_ROWS_PLAN_BLOCKS as u64).splits, splits(2).split_len), (32, 1024));
         assert!(splits(4).splits > 32);
     }
 
