@@ -10,17 +10,21 @@
 mod cpu;
 mod cuda;
 mod plan_rules;
+mod settings;
 
 pub use cpu::run_cpu;
 pub use cuda::{
     decode_apart_applies, key_rows_applies, kv_tensor_map, launch_cuda, launch_cuda_on_device, launch_cuda_with,
     pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies,
-    workspace_bytes, workspace_bytes_with, DeviceBuffers, KernelChoice, LaunchSettings, Workspace,
-    CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KERNEL_ENV_VAR, KEY_ROWS_ENV_VAR, MERGE_COST_KEYS_ENV_VAR,
-    MERGE_MODE_ENV_VAR, MIN_SPLIT_TILES_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    workspace_bytes, workspace_bytes_with, DeviceBuffers, Workspace,
 };
 pub use plan_rules::{
     choose_splits, choose_splits_by_waves, PipelinedSplits, DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES,
+};
+pub use settings::{
+    KernelChoice, LaunchSettings, CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KERNEL_ENV_VAR, KEY_ROWS_ENV_VAR,
+    MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR, MIN_SPLIT_TILES_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR,
+    PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 
 use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
