@@ -15,9 +15,9 @@
 //!   calls queued behind a 2 GiB memset: the host's cost alone, even for a call whose kernels
 //!   outlast its host work on the GPU.
 //! - `host_overhead/plan_launch_prepared`, `plan_ws_launch_prepared` (GPU only; the second on
-//!   Hopper): the driver alone
-//!   launching the tile family's plan kernels with prepared arguments, without and with the three
-//!   128-byte tensor maps a prefill launch carries: what argument bytes cost the driver.
+//!   Hopper): the driver alone launching the tile family's plan kernels with prepared arguments,
+//!   without and with the three 128-byte tensor maps a prefill launch carries: what argument
+//!   bytes cost the driver.
 //! - `host_overhead/cu_launch_kernel_floor`, `cu_launch_kernel_ex_programmatic_floor` (GPU only):
 //!   the driver's floor, one-block launches of simple_add with prepared arguments.
 //!

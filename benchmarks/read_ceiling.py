@@ -4,10 +4,11 @@
 Decode reads its KV once and writes next to nothing, so its ceiling is the read bandwidth, not the
 copy bandwidth (a copy turns the bus around between reads and writes). This script measures both
 on one GPU, in one process: a 1 GiB device-to-device copy (bytes read + written, as `peers.py`),
-and a read-only kernel (CuPy raw kernel: 16-byte loads, a grid-stride loop over a grid of 4-16
-blocks per multiprocessor (the largest more than fit at once), one word stored per thread) over 0.5-4 GiB, medians of CUDA-event timings. The
-ratio read/copy bounds what any decode kernel (ours or FlashInfer's) can reach on the large cells,
-where both already read at 100-105 % of the copy bandwidth.
+and a read-only kernel over 0.5-4 GiB (CuPy raw kernel: 16-byte loads, a grid-stride loop over a
+grid of 4-16 blocks per multiprocessor, the largest more than fit at once; one word stored per
+thread), medians of CUDA-event timings. The ratio read/copy bounds what any decode kernel (ours or
+FlashInfer's) can reach on the large cells, where both already read at 100-105 % of the copy
+bandwidth.
 
     python3 benchmarks/read_ceiling.py [--out FILE.json]
 """

@@ -1,5 +1,6 @@
-//! CUDA launch of ragged paged attention: the settings, kernel choice, launch plans (from the rules
-//! in `plan_rules`) and their cache, scratch for partials, the launches.
+//! CUDA launch of ragged paged attention: the process's settings (parsed in `settings`) and their
+//! reload, kernel choice, launch plans (from the rules in `plan_rules`) and their cache, scratch
+//! for partials, the launches.
 
 use std::collections::HashSet;
 use std::ffi::c_void;

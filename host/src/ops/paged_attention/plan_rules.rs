@@ -1,9 +1,9 @@
 //! The decode kernels' launch plans as rules: the split models (how many key splits, how long, for
 //! the pipelined kernel also whether they merge in a cluster) and the rules over the pipelined
 //! kernel's (stage counts for long grids, whole rows where the unsplit grid fills the device, the
-//! pipe mode). Pure functions of the static shapes and
-//! of the device's figures (multiprocessors, resident blocks, DRAM bandwidth per SM): no driver
-//! calls, so each rule is tested here without a GPU. Every rule names the measurements behind it
+//! pipe mode, fp8 in the key-rows layout). Pure functions of the static shapes and of the
+//! device's figures (multiprocessors, resident blocks, DRAM bandwidth per SM): no driver calls,
+//! so each rule is tested here without a GPU. Every rule names the measurements behind it
 //! (benchmarks/NOTES.md), and the GPU kind they were taken on where the kinds differ.
 
 use kernels_gpu::kernels::paged_attention::RPA_WARPS;
