@@ -22,7 +22,7 @@ call is eager and finds the L2 cold (a read of twice its size before each, then 
 hides the host's cost per call), for every implementation alike; the default replays the same
 call, whose small cells then find their KV in L2 after the first.
 
-    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|mixparts|all [--geometry G1..G4]
+    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|mixes|mixparts|all [--geometry G1..G4]
         [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
         [--cells 1x16384,1x32768:float8_e4m3fn]  (decode cells in place of the suite's)
 
@@ -192,6 +192,13 @@ def suite_cases(suite, quick, geometry):
         if quick:
             prefill = [prefill[0], prefill[4], prefill[5]]
         cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in prefill]
+    if suite == "mixes":
+        # Engine steps: the prefill suite's two mixes and two short ones, where a call's host
+        # cost and launches weigh most (a mix in one launch against two, `XGK_RPA_DECODE_APART`).
+        cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in MIXES]
+        cases.append(Case(f"{geometry} mix 1q64 + 63 decode s512", geometry, [(64, 512)] + [(1, 512)] * 63))
+        cases.append(Case(f"{geometry} mix 2q128 + 126 decode s256-2k", geometry,
+                          [(128, 1024)] * 2 + [(1, 256 + 14 * i) for i in range(126)]))
     if suite == "mixparts":
         # The mixes' prefill and decode rows apart: where a mix's time goes, kernel by kernel.
         for name, seqs in MIXES:
@@ -472,7 +479,7 @@ VARIANT_OPTIONS = {
     "mm": "XGK_RPA_MERGE_MODE",        # split merge: 0 by split count, 1 loop, 2 groups, 3 merge blocks, 4 by capture
     "tp": "XGK_RPA_TABLE_PRELOAD",     # first tiles' page-table entries loaded with the row: 0 off, 1 on
     "kr": "XGK_RPA_KEY_ROWS",          # keys as mma rows (groups <= 8): 0 never, 1 16-bit KV, 2 fp8 too
-    "da": "XGK_RPA_DECODE_APART",      # a mixed batch's decode rows in the decode kernel: 0 off, 1 on, 2 overlapped
+    "da": "XGK_RPA_DECODE_APART",      # a mixed batch's decode rows in the decode kernel: 0 off, 1 on, 2 overlapped, 3 one launch
 }
 
 
@@ -929,7 +936,7 @@ def plot(result, path):
 def main():
     global USE_GRAPHS, KERNEL_TIME, COLD_L2
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "mixparts", "all"])
+    ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "mixes", "mixparts", "all"])
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
     ap.add_argument("--variants", default="auto",
                     help="ours' kernels, comma separated: auto,tiled,tiled-wgmma,pipelined,mma,general, each with "

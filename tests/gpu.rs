@@ -16,7 +16,7 @@ use xla_gpu_kernels::host::ops::paged_attention::{
     decode_apart_applies, key_rows_applies, launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies,
     tiled_applies, tiled_ws_applies, workspace_bytes_with, DeviceBuffers, KernelChoice, Workspace,
     CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KEY_ROWS_ENV_VAR, MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR,
-    PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
+    MIN_SPLIT_TILES_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
 use xla_gpu_kernels::host::runtime::{launch_count, KernelModule, PtxImage};
@@ -657,63 +657,113 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         seqs: &'static [(usize, usize)],
         other_cu: &'static [i32],
         pad: usize,
+        /// `XGK_RPA_DECODE_APART=3` (with unsplit decode rows: one launch, `paged_attention_mix`).
+        one_launch: bool,
     }
     const PREFILL: &[(usize, usize)] = &[(150, 400), (90, 90), (40, 700)];
     const MIX: &[(usize, usize)] = &[(30, 400), (1, 3000), (1, 200), (12, 60), (1, 900), (1, 0)];
     let ws = KernelChoice::TiledWarpSpecialized;
     let configs = [
-        Replayed { shape: (128, 2, 4), kernel: ws, seqs: PREFILL, other_cu: &[0, 10, 200, 280], pad: 20 },
-        Replayed { shape: (64, 1, 8), kernel: ws, seqs: PREFILL, other_cu: &[0, 10, 200, 280], pad: 20 },
+        Replayed {
+            shape: (128, 2, 4),
+            kernel: ws,
+            seqs: PREFILL,
+            other_cu: &[0, 10, 200, 280],
+            pad: 20,
+            one_launch: false,
+        },
+        Replayed {
+            shape: (64, 1, 8),
+            kernel: ws,
+            seqs: PREFILL,
+            other_cu: &[0, 10, 200, 280],
+            pad: 20,
+            one_launch: false,
+        },
         Replayed {
             shape: (128, 2, 4),
             kernel: KernelChoice::Auto,
             seqs: MIX,
             other_cu: &[0, 1, 2, 32, 33, 45, 46],
             pad: 3,
+            one_launch: false,
+        },
+        Replayed {
+            shape: (128, 2, 4),
+            kernel: KernelChoice::Auto,
+            seqs: MIX,
+            other_cu: &[0, 1, 2, 32, 33, 45, 46],
+            pad: 3,
+            one_launch: true,
+        },
+        Replayed {
+            shape: (64, 1, 8),
+            kernel: KernelChoice::Auto,
+            seqs: MIX,
+            other_cu: &[0, 1, 2, 32, 33, 45, 46],
+            pad: 3,
+            one_launch: true,
         },
     ];
-    for Replayed { shape: (head_dim, nkv, group), kernel, seqs, other_cu, pad } in configs {
-        let base = random_case(&mut rng, DType::BF16, DType::BF16, head_dim, nkv, group, 16, seqs, pad);
-        let spec = base.spec();
-        assert!(tiled_ws_applies(&spec, 90));
-        let apart = kernel == KernelChoice::Auto;
-        if apart {
-            let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
-            assert!(decode_apart_applies(&ctx, &spec).unwrap(), "the mix runs its decode rows apart");
+    for Replayed { shape: (head_dim, nkv, group), kernel, seqs, other_cu, pad, one_launch } in configs {
+        let mut config = || {
+            let base = random_case(&mut rng, DType::BF16, DType::BF16, head_dim, nkv, group, 16, seqs, pad);
+            let spec = base.spec();
+            assert!(tiled_ws_applies(&spec, 90));
+            let apart = kernel == KernelChoice::Auto;
+            if apart {
+                let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+                assert!(decode_apart_applies(&ctx, &spec).unwrap(), "the mix runs its decode rows apart");
+            }
+            // The same shapes with other metadata values (the CPU defines every value).
+            let mut other = base.clone();
+            let max_kv = seqs.iter().map(|s| s.1).max().unwrap() as i32;
+            other.kv_lens = (0..seqs.len()).map(|_| rng.gen_range(1..=max_kv)).collect();
+            other.kv_lens.resize(base.max_num_seqs, 0);
+            other.page_indices.shuffle(&mut rng);
+            other.cu_q_lens = other_cu.to_vec();
+            other.cu_q_lens.resize(base.max_num_seqs + 1, *other_cu.last().unwrap());
+            let mut decreasing = base.clone();
+            decreasing.cu_q_lens.swap(1, 2);
+            let mut inputs = CaseInputs::upload(&stream, &base);
+            let q = Dev::from(&stream, &base.q);
+            let mut out = Dev::from(&stream, &vec![0xFFu8; base.out_bytes()]);
+            let bytes = workspace_bytes_with(&KERNELS, 0, &spec, kernel).unwrap();
+            let ws = Dev::from(&stream, &vec![0xFFu8; bytes]);
+            let bufs = inputs.buffers(&stream, &q, &out, Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes });
+            // A call outside the capture resolves and caches the plan (no first-use calls under it).
+            // With persistent blocks (the default schedule) a prefill call is one launch; one block
+            // per pair launches the planning kernel first.
+            let before = launch_count();
+            unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
+            let launches = if one_launch && !per_pair { 1 } else { 1 + u64::from(apart) + u64::from(per_pair) };
+            assert_eq!(launch_count() - before, launches, "launches of one call");
+            stream.synchronize().unwrap();
+            stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
+            let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };
+            let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+            launched.unwrap();
+            let what = format!(
+                "d{head_dim} {}",
+                if one_launch {
+                    "mix, one launch"
+                } else if apart {
+                    "mix"
+                } else {
+                    "prefill"
+                }
+            );
+            let sets = [("base", &base), ("other", &other), ("decreasing", &decreasing), ("base again", &base)];
+            replays += replay_with_new_metadata(&stream, &graph, &mut inputs, &mut out, &sets, &what);
+            // Direct calls (fresh tags) on the workspace the replays used, the base metadata in place.
+            direct_calls_after_replays(&stream, &base, bufs, kernel, &mut out, &what);
+        };
+        if one_launch {
+            // Splits of at least 64 tiles: the decode rows unsplit, so the mix is one launch.
+            with_setting(DECODE_APART_ENV_VAR, "3", || with_setting(MIN_SPLIT_TILES_ENV_VAR, "64", &mut config));
+        } else {
+            config();
         }
-        // The same shapes with other metadata values (the CPU defines every value).
-        let mut other = base.clone();
-        let max_kv = seqs.iter().map(|s| s.1).max().unwrap() as i32;
-        other.kv_lens = (0..seqs.len()).map(|_| rng.gen_range(1..=max_kv)).collect();
-        other.kv_lens.resize(base.max_num_seqs, 0);
-        other.page_indices.shuffle(&mut rng);
-        other.cu_q_lens = other_cu.to_vec();
-        other.cu_q_lens.resize(base.max_num_seqs + 1, *other_cu.last().unwrap());
-        let mut decreasing = base.clone();
-        decreasing.cu_q_lens.swap(1, 2);
-        let mut inputs = CaseInputs::upload(&stream, &base);
-        let q = Dev::from(&stream, &base.q);
-        let mut out = Dev::from(&stream, &vec![0xFFu8; base.out_bytes()]);
-        let bytes = workspace_bytes_with(&KERNELS, 0, &spec, kernel).unwrap();
-        let ws = Dev::from(&stream, &vec![0xFFu8; bytes]);
-        let bufs = inputs.buffers(&stream, &q, &out, Workspace::Given { ptr: ws.ptr(&stream) as u64, bytes });
-        // A call outside the capture resolves and caches the plan (no first-use calls under it).
-        // With persistent blocks (the default schedule) a prefill call is one launch; one block
-        // per pair launches the planning kernel first.
-        let before = launch_count();
-        unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) }.unwrap();
-        let launches = 1 + u64::from(apart) + u64::from(per_pair);
-        assert_eq!(launch_count() - before, launches, "launches of one call");
-        stream.synchronize().unwrap();
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
-        let launched = unsafe { launch_cuda_with(&KERNELS, stream.cu_stream(), &spec, bufs, kernel) };
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
-        launched.unwrap();
-        let what = format!("d{head_dim} {}", if apart { "mix" } else { "prefill" });
-        let sets = [("base", &base), ("other", &other), ("decreasing", &decreasing), ("base again", &base)];
-        replays += replay_with_new_metadata(&stream, &graph, &mut inputs, &mut out, &sets, &what);
-        // Direct calls (fresh tags) on the workspace the replays used, the base metadata in place.
-        direct_calls_after_replays(&stream, &base, bufs, kernel, &mut out, &what);
     }
     println!("{replays} graph replays passed");
 }
@@ -927,7 +977,7 @@ fn decode_rows_apart_match_cpu() {
     let stream = gpu();
     let mut rng = seeded_rng();
     let modules: [(&str, &KernelModule); 2] = [("default image", &KERNELS), ("portable image", portable_kernels())];
-    let (mut runs, mut worst) = (0, 0.0f64);
+    let (mut runs, mut worst, mut one_launch_runs) = (0, 0.0f64, 0u32);
     for i in (0..30).step_by(case_stride()) {
         let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
         let head_dim = [128, 64, 256][i % 3];
@@ -976,6 +1026,19 @@ fn decode_rows_apart_match_cpu() {
             worst = worst.max(compare(&case, &out, &cpu, &label(image)));
             runs += 1;
         }
+        // Both in one launch (`paged_attention_mix`) where the decode plan does not split (splits
+        // of at least 64 tiles: every unsplit row up to 4096 keys), else two launches as `2`; the
+        // call three times back to back (fresh tags, no sync between).
+        with_setting(DECODE_APART_ENV_VAR, "3", || {
+            with_setting(MIN_SPLIT_TILES_ENV_VAR, "64", || {
+                let before = launch_count();
+                let out = run_gpu_on(&KERNELS, &stream, &case, KernelChoice::Auto, WorkspaceMode::Exact, 3);
+                let launches = launch_count() - before;
+                worst = worst.max(compare(&case, &out, &cpu, &label(&format!("{launches} launches for 3 calls"))));
+                one_launch_runs += u32::from(launches == 3);
+                runs += 1;
+            })
+        });
         // The tile kernel after the decode kernel's end (the default does not wait for it).
         with_setting(DECODE_APART_ENV_VAR, "1", || {
             let out = run_gpu(&stream, &case, KernelChoice::Auto);
@@ -989,7 +1052,10 @@ fn decode_rows_apart_match_cpu() {
         });
     }
     println!("worst |gpu - cpu| decode rows apart: {worst:.3e}");
-    println!("{runs} decode-apart runs passed");
+    println!("{runs} decode-apart runs passed, {one_launch_runs} of them in one launch per call");
+    if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) {
+        assert!(one_launch_runs >= 3, "only {one_launch_runs} mixes ran in one launch");
+    }
 }
 
 /// Every source of temporary memory gives the same, right answer: the driver's pool, a workspace

@@ -33,8 +33,9 @@ fn ptx_exports_every_kernel() {
         assert_eq!(image.ptx.contains(".entry rpa_plan_ws("), hopper, "{}", image.arch);
         for q in ["f16", "bf16"] {
             for d in [64, 128] {
-                for family in ["wg", "ws"] {
-                    let entry = format!(".entry rpa_tile_{family}_{q}_{q}_d{d}(");
+                for family in ["tile_wg", "tile_ws", "mix"] {
+                    // `rpa_mix_*`: a mixed batch in one launch (`paged_attention_mix`).
+                    let entry = format!(".entry rpa_{family}_{q}_{q}_d{d}(");
                     assert_eq!(image.ptx.contains(&entry), hopper, "{}: {entry}", image.arch);
                 }
             }

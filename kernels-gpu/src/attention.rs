@@ -86,8 +86,10 @@ pub struct RpaParams {
     /// Where the plan falls back (a decreasing `cu_q_lens`) the tile kernel writes every row,
     /// the decode kernel's after its grid. 2: the warp-specialized tile kernel plans itself (its
     /// block 0) once the decode kernel's block (0, 0, 0) has published the plan header's inputs
-    /// word under `launch_tag` (two launches); 1: a planning kernel comes first (three). Set on
-    /// every launch of such a call; 0 for every other.
+    /// word under `launch_tag` (two launches); 1: a planning kernel comes first (three);
+    /// [`DECODE_APART_ONE_LAUNCH`]: both in one launch (`paged_attention_mix`), where the decode
+    /// blocks stand down where the plan falls back. Set on every launch of such a call; 0 for
+    /// every other.
     pub decode_apart: u32,
     /// Nonzero (the pipelined kernel on a grid of rows, its partials in the workspace, a nonzero
     /// `launch_tag`): grid z holds `merge_blocks` slices after the `num_splits` split slices, and
@@ -132,6 +134,11 @@ pub const DEFAULT_MASK_VALUE: f32 = -0.7 * f32::MAX;
 pub fn masked_keys_matter(mask_value: f32) -> bool {
     mask_value > -1.0e30
 }
+
+/// [`RpaParams::decode_apart`] of a mixed batch in one launch: the warp-specialized tile kernel's
+/// blocks and the pipelined decode kernel's, three of those to a block, in one grid
+/// (`kernels::paged_attention_mix`).
+pub const DECODE_APART_ONE_LAUNCH: u32 = 3;
 
 /// Whether a sequence whose rows are `[lo, hi)` (`cu_q_lens[i]`, `cu_q_lens[i + 1]`, as read)
 /// is a decode sequence that runs apart from a mixed batch's other rows

@@ -149,6 +149,30 @@ pub unsafe fn sync_named_id(id: u32, threads: u32) {
     }
 }
 
+/// [`sync_named_id`] that also ORs a predicate over the `threads` threads (`bar.red.or.pred`):
+/// every one of them gets whether any passed `pred` true. A block barrier with a vote for a
+/// subset of the block's warps (`__syncthreads_or` of a group).
+///
+/// # Safety
+/// As [`sync_named_id`].
+#[inline(always)]
+pub unsafe fn sync_named_any(id: u32, threads: u32, pred: bool) -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let any: u32;
+        core::arch::asm!(
+            "{{\n.reg .pred pin, pout;\nsetp.ne.u32 pin, {v}, 0;\nbar.red.or.pred pout, {id}, {n}, pin;\nselp.u32 {any}, 1, 0, pout;\n}}",
+            v = in(reg32) pred as u32, id = in(reg32) id, n = in(reg32) threads, any = out(reg32) any,
+            options(nostack));
+        any != 0
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (id, threads, pred);
+        crate::gpu_only!("barrier::sync_named_any")
+    }
+}
+
 /// Arrives at named barrier `ID` for `threads` threads without waiting (`bar.arrive`): the
 /// threads that `bar.sync` on it ([`sync_named`]) proceed once `threads` have arrived or synced.
 /// A producer-consumer handshake between warps (one side arrives, the other syncs).

@@ -1,8 +1,10 @@
 //! The kernels. Each `#[kernel]` is exported from the PTX under its own name; the host looks
 //! kernels up by the names listed in [`names`].
 
+mod block_slot;
 pub mod paged_attention;
 pub mod paged_attention_key_rows;
+pub mod paged_attention_mix;
 pub mod paged_attention_mma;
 pub mod paged_attention_pipelined;
 pub mod paged_attention_tiled;

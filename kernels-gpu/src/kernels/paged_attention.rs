@@ -30,6 +30,7 @@ use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_y, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
 
+use super::block_slot::{BlockSlot, WholeBlock};
 use super::{load_vec, store_vec, unroll};
 
 /// Warps per block of the attention kernel.
@@ -111,8 +112,17 @@ pub(crate) struct Block {
 /// first and the short (or empty, exiting at once) blocks fill in behind it instead of trailing it.
 #[inline(always)]
 pub(crate) fn block_split(p: &RpaParams) -> u32 {
+    // Not `block_split_at(p, block_idx_z())`: reading the index after the count keeps the
+    // kernels' instruction order of before.
     let splits = p.num_splits.max(1);
     splits - 1 - block_idx_z().min(splits - 1)
+}
+
+/// [`block_split`] of a block at grid z `z` (a [`BlockSlot`]'s).
+#[inline(always)]
+pub(crate) fn block_split_at(p: &RpaParams, z: u32) -> u32 {
+    let splits = p.num_splits.max(1);
+    splits - 1 - z.min(splits - 1)
 }
 
 /// Resolves the block's row (sequence, visible keys, split) from the grid position; invalid
@@ -185,15 +195,15 @@ pub(crate) struct BlockHeads {
 
 impl BlockHeads {
     #[inline(always)]
-    pub(crate) fn of(p: &RpaParams, heads_per_chunk: u32) -> Self {
-        let head_chunk = block_idx_y();
+    pub(crate) fn of(p: &RpaParams, heads_per_chunk: u32, slot: impl BlockSlot) -> Self {
+        let head_chunk = slot.y();
         let group = p.num_q_heads / p.num_kv_heads;
         let chunks = group.div_ceil(heads_per_chunk);
         let g = head_chunk / chunks;
         let chunk = head_chunk % chunks;
         let h0 = g * group + chunk * heads_per_chunk;
         let hc = (group - chunk * heads_per_chunk).min(heads_per_chunk) as usize;
-        BlockHeads { g, h0, hc, split: block_split(p) }
+        BlockHeads { g, h0, hc, split: block_split_at(p, slot.z()) }
     }
 }
 
@@ -352,7 +362,7 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         cluster_area: core::ptr::null_mut(),
         counts_for_merge_blocks: false,
     };
-    merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
+    merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize, WholeBlock);
 }
 
 /// Where the warps of a block left their states for [`merge_warps_and_store`]: `warps` (logical)
@@ -384,6 +394,7 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     blk: &Block,
     states: WarpStates,
     threads: usize,
+    slot: impl BlockSlot,
 ) {
     let WarpStates { smem, warps, rows, stride, cluster_area, counts_for_merge_blocks } = states;
     let d = p.head_dim as usize;
@@ -391,9 +402,9 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     // is a constant of the others: the cluster code is compiled out of them).
     let in_cluster = p.num_splits > 1 && p.cluster_splits != 0 && !cluster_area.is_null();
     let merged_by_blocks = counts_for_merge_blocks && !in_cluster && p.num_splits > 1 && p.merge_blocks != 0;
-    let counter_seen = if merged_by_blocks { preload_split_counter(ptr, p, blk.t, block_idx_y()) } else { 0 };
+    let counter_seen = if merged_by_blocks { preload_split_counter(ptr, p, blk.t, slot.y()) } else { 0 };
     let total = blk.hc * d;
-    let mut idx = thread_idx_x() as usize;
+    let mut idx = slot.thread() as usize;
     while idx < total {
         let hh = idx / d;
         let dim = idx % d;
@@ -440,10 +451,10 @@ pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
         merge_cluster_splits(ptr, p, blk, cluster_area, threads);
     } else if merged_by_blocks {
         // Every thread's partial stores before thread 0 counts the block in.
-        sync_threads();
-        if thread_idx_x() == 0 {
+        slot.sync();
+        if slot.thread() == 0 {
             gpu_scope::fence_acq_rel();
-            count_split_in(split_counter(ptr, p, blk.t, block_idx_y()), counter_seen, p.launch_tag);
+            count_split_in(split_counter(ptr, p, blk.t, slot.y()), counter_seen, p.launch_tag);
         }
     }
 }
@@ -785,7 +796,7 @@ pub(crate) unsafe fn merge_block<Q: Element, KV>(ptr: &RpaPointers<Q, KV>, p: &R
         gpu_scope::wait_until_u64(counter, |w| is_tagged(w, p.launch_tag) && w & SPLIT_COUNT >= splits as u64);
     }
     sync_threads();
-    let heads = BlockHeads::of(p, heads_per_chunk);
+    let heads = BlockHeads::of(p, heads_per_chunk, WholeBlock);
     let j = (block_idx_z() - splits) as usize;
     if j < heads.hc {
         let at = MergeRow::of(p, t as usize, heads.h0 as usize + j);

@@ -629,7 +629,7 @@ unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILE
         cluster_area: core::ptr::null_mut(),
         counts_for_merge_blocks: false,
     };
-    merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize);
+    merge_warps_and_store(&ptr, &p, &blk, states, RPA_THREADS as usize, super::block_slot::WholeBlock);
 }
 
 /// One tensor-core kernel per (q dtype, KV dtype, head_dim): `rpa_mma_<q>_<kv>_d<D>`.

@@ -32,20 +32,20 @@
 //!   to q's dtype first as the reference does: the same function with one rounding fewer (within
 //!   the reference's own bf16 rounding, see the GPU tests).
 
-use crate::attention::{clamp_num_seqs, is_apart_decode, page_is_valid, RpaParams};
+use crate::attention::{clamp_num_seqs, is_apart_decode, page_is_valid, RpaParams, DECODE_APART_ONE_LAUNCH};
 use crate::barrier::sync_named_id;
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group_dyn, CopyHint};
 use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
-use crate::shared::{dynamic_shared_mem, shared_address};
-use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
+use crate::shared::shared_address;
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
+use super::block_slot::{BlockSlot, WholeBlock, GROUP_THREADS};
 use super::paged_attention::{
-    attention_kernels, block_of_row, block_split, merge_block, merge_warps_and_store, resolve_block, Block, BlockHeads,
-    RpaPointers, WarpStates,
+    attention_kernels, block_of_row, block_split_at, merge_block, merge_warps_and_store, resolve_block, Block,
+    BlockHeads, RpaPointers, WarpStates,
 };
 use super::paged_attention_key_rows::{
     key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
@@ -314,15 +314,22 @@ impl TablePreload {
     /// `ptr.page_indices` holds `p.max_num_seqs * p.pages_per_seq` entries; this thread's first
     /// token is `token0` of each `tile`-key tile.
     #[inline(always)]
-    unsafe fn load<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, pages: &FastDiv, tile: u32, token0: u32) -> Self {
+    unsafe fn load<Q, KV>(
+        ptr: &RpaPointers<Q, KV>,
+        p: &RpaParams,
+        pages: &FastDiv,
+        tile: u32,
+        token0: u32,
+        slot: impl BlockSlot,
+    ) -> Self {
         let mut pre = TablePreload { on: false, table: ptr.page_indices, split_lo: 0, entries: [-1; PRELOAD_TILES] };
         if p.table_preload == 0 || p.max_num_seqs == 0 {
             return pre;
         }
-        let row = block_idx_x().min(p.max_num_seqs - 1);
+        let row = slot.x().min(p.max_num_seqs - 1);
         pre.on = true;
         pre.table = ptr.page_indices.add(row as usize * p.pages_per_seq as usize);
-        pre.split_lo = block_split(p).saturating_mul(p.split_len);
+        pre.split_lo = block_split_at(p, slot.z()).saturating_mul(p.split_len);
         unroll::<PRELOAD_TILES>(|k| {
             let slot = pages.div(pre.split_lo.saturating_add(k as u32 * tile + token0));
             if slot < p.pages_per_seq {
@@ -353,18 +360,22 @@ impl TablePreload {
 /// no row belongs to `i`). One round trip to memory: the four loads are independent (volatile,
 /// issued together, as in [`resolve_block`]). The tile plan is not read: where `cu_q_lens`
 /// decreases somewhere (the plan's fallback) the tile kernel writes every row, this kernel's
-/// after it (it waits for this grid first, `paged_attention_tiled_ws::plan_or_wait`).
+/// after it (it waits for this grid first, `paged_attention_tiled_ws::plan_or_wait`); in one
+/// launch with the tile kernel ([`DECODE_APART_ONE_LAUNCH`], a group of a shared block) nothing
+/// orders the two, so the block scans `cu_q_lens` itself (its loads beside the row's, a vote at
+/// the group's barrier) and stands down there.
 ///
 /// # Safety
-/// The grid's x is at most `max_num_seqs` (at least 1).
+/// The grid's x is at most `max_num_seqs` (at least 1); every thread of the slot calls it.
 #[inline(always)]
-pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
+pub(crate) unsafe fn resolve_sequence_block<Q, KV, B: BlockSlot>(
     ptr: &RpaPointers<Q, KV>,
     p: &RpaParams,
     heads_per_chunk: u32,
+    slot: B,
 ) -> Option<Block> {
-    let heads = BlockHeads::of(p, heads_per_chunk);
-    let i = block_idx_x().min(p.max_num_seqs.saturating_sub(1));
+    let heads = BlockHeads::of(p, heads_per_chunk, slot);
+    let i = slot.x().min(p.max_num_seqs.saturating_sub(1));
     let load = |at: *const i32| core::ptr::read_volatile(at);
     let (raw_num_seqs, lo, hi, kv_len) = (
         load(ptr.num_seqs),
@@ -372,8 +383,24 @@ pub(crate) unsafe fn resolve_sequence_block<Q, KV>(
         load(ptr.cu_q_lens.add(i as usize + 1)),
         load(ptr.kv_lens.add(i as usize)),
     );
+    if B::GROUP && p.decode_apart == DECODE_APART_ONE_LAUNCH {
+        let num_seqs = clamp_num_seqs(raw_num_seqs, p.max_num_seqs);
+        // The plan's fallback test (`plan_items`): `cu_q_lens[j + 1] < cu_q_lens[j]` for a
+        // sequence j. The loads do not wait for `num_seqs` (every j below `max_num_seqs` is in
+        // bounds), so they leave with the row's.
+        let mut decreasing = false;
+        let mut j = slot.thread();
+        while j < p.max_num_seqs {
+            let (a, b) = (load(ptr.cu_q_lens.add(j as usize)), load(ptr.cu_q_lens.add(j as usize + 1)));
+            decreasing |= j < num_seqs && b < a;
+            j += GROUP_THREADS;
+        }
+        if slot.any(decreasing) {
+            return None;
+        }
+    }
     let owned =
-        i == block_idx_x() && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs) && is_apart_decode(lo, hi, p.max_tokens);
+        i == slot.x() && i < clamp_num_seqs(raw_num_seqs, p.max_num_seqs) && is_apart_decode(lo, hi, p.max_tokens);
     owned.then(|| block_of_row(ptr, p, heads, lo as u32, (i, lo, hi, kv_len)))
 }
 
@@ -433,14 +460,17 @@ unsafe fn rpa_pipelined<
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
 ) {
-    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, KEY_ROWS, BY_SEQUENCE>(ptr, p)
+    rpa_pipelined_on::<Q, KV, KV::Operand<Q>, D, KSTEPS, NTILES, DSPLIT, KEY_ROWS, BY_SEQUENCE, WholeBlock>(
+        ptr, p, WholeBlock,
+    )
 }
 
 /// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]); with
 /// `KEY_ROWS`, in the key-rows layout (`Sᵀ = K Qᵀ`, `Oᵀ += Vᵀ Pᵀ`: the same copies, `ldmatrix`
-/// loads and merge; `KSTEPS` m-tiles of `Oᵀ`).
+/// loads and merge; `KSTEPS` m-tiles of `Oᵀ`), in a [`BlockSlot`] (a whole block, or with `BY_SEQUENCE`
+/// a group of a block shared with others, `paged_attention_mix`): `cta`.
 #[inline(always)]
-unsafe fn rpa_pipelined_on<
+pub(crate) unsafe fn rpa_pipelined_on<
     Q: MmaElement,
     KV: StagedKv,
     M: MmaElement,
@@ -450,22 +480,23 @@ unsafe fn rpa_pipelined_on<
     const DSPLIT: usize,
     const KEY_ROWS: bool,
     const BY_SEQUENCE: bool,
+    B: BlockSlot,
 >(
     ptr: RpaPointers<Q, KV>,
     p: RpaParams,
+    cta: B,
 ) {
     // Programmatic dependent launch (sm_90 image; no-ops otherwise): let the next kernel (the
     // split merge, or the next call's) launch during this one's last wave, and touch no memory
     // before the kernel before this one has finished.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
-    if !BY_SEQUENCE && p.merge_blocks != 0 && block_idx_z() >= p.num_splits {
+    if !BY_SEQUENCE && p.merge_blocks != 0 && cta.z() >= p.num_splits {
         // The grid's last slices merge the splits (one launch, no merge kernel).
         merge_block(&ptr, &p, MMA_HEADS_PER_BLOCK);
         return;
     }
-    if BY_SEQUENCE && p.decode_apart == 2 && thread_idx_x() == 0 && (block_idx_x() | block_idx_y() | block_idx_z()) == 0
-    {
+    if BY_SEQUENCE && p.decode_apart == 2 && cta.thread() == 0 && (cta.x() | cta.y() | cta.z()) == 0 {
         // The warp-specialized tile kernel after this one plans itself from the call's inputs
         // without waiting for this grid: tell its block 0 that they are written.
         publish_inputs_ready(ptr.plan as *mut u32, p.launch_tag);
@@ -477,6 +508,8 @@ unsafe fn rpa_pipelined_on<
     const { assert!(!KV::FP8 || DSPLIT == 1, "1-byte KV needs one warp per key group") };
     const { assert!(!KEY_ROWS || DSPLIT == 1, "the key-rows layout holds a warp's whole Oᵀ") };
     const { assert!(KEY_ROWS_MAX_HEADS * 2 == MMA_HEADS_PER_BLOCK, "key rows: one head chunk where head rows have one") };
+    // A group of a shared block runs a grid of sequences only: no clusters, no merge blocks.
+    const { assert!(!B::GROUP || BY_SEQUENCE, "groups run the decode twins") };
     // The host launches `pipelined_threads(tile, DSPLIT)` threads, checks 2 <= stages <=
     // PIPE_MAX_STAGES and sizes the shared memory for them.
     let tile = pipelined_tile_keys(D as u32);
@@ -506,7 +539,7 @@ unsafe fn rpa_pipelined_on<
     let copies_per_token_thread = token_chunks / per_token;
     let passes = tile / (threads / per_token);
 
-    let tid = thread_idx_x();
+    let tid = cta.thread();
     let lane = lane_id();
     let warp = tid / WARP_SIZE;
     // The 16-key group this warp computes, and which part of the head dims it accumulates.
@@ -527,7 +560,7 @@ unsafe fn rpa_pipelined_on<
     let sync_copies = #[inline(always)]
     || {
         if !group_pipes {
-            sync_threads();
+            cta.sync();
         } else if DSPLIT == 1 {
             sync_warp();
         } else {
@@ -540,11 +573,11 @@ unsafe fn rpa_pipelined_on<
     let part0 = copier % per_token;
     let token0 = first_token + copier / per_token;
     let pages = FastDiv::new(p.page_size);
-    let preload = TablePreload::load(&ptr, &p, &pages, tile, token0);
+    let preload = TablePreload::load(&ptr, &p, &pages, tile, token0, cta);
     let blk = if BY_SEQUENCE {
         // A grid of sequences: a block whose sequence the tile kernel runs has nothing to do. The
         // whole cluster of a sequence (its splits) decides alike, before any cluster barrier.
-        match resolve_sequence_block(&ptr, &p, MMA_HEADS_PER_BLOCK) {
+        match resolve_sequence_block(&ptr, &p, MMA_HEADS_PER_BLOCK, cta) {
             Some(blk) => blk,
             None => return,
         }
@@ -560,7 +593,7 @@ unsafe fn rpa_pipelined_on<
         load_q_fragments::<Q, KV, KSTEPS, false>(&ptr, &p, &blk)
     };
 
-    let smem = dynamic_shared_mem::<f32>();
+    let smem = cta.shared::<f32>();
     let smem_base = shared_address(smem);
     let kv = ptr.kv as *const u8;
     let token_stride = 2 * p.num_kv_heads as usize * D * kv_bytes as usize; // bytes per token of the pool
@@ -813,7 +846,7 @@ unsafe fn rpa_pipelined_on<
     // Every copy has landed and every warp is done with the stages before they become the merge
     // area.
     wait_all();
-    sync_threads();
+    cta.sync();
     if fp8 {
         unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
         unroll::<KSTEPS>(|mt| unroll::<4>(|e| ot[mt][e] *= p.v_scale));
@@ -831,16 +864,21 @@ unsafe fn rpa_pipelined_on<
     } else {
         store_warp_state::<NTILES, false>(smem, D, key_group as usize, dim0, &m, &l, &o);
     }
-    sync_threads();
+    cta.sync();
     let states = WarpStates {
         smem,
         warps: key_groups as usize,
         rows: MMA_HEADS_PER_BLOCK as usize,
         stride: 2 + D,
-        cluster_area: smem.add(pipelined_warp_state_floats(D as u32, tile) as usize),
+        // A group never splits (the host's plan): its merge compiles without the cluster code.
+        cluster_area: if B::GROUP {
+            core::ptr::null_mut()
+        } else {
+            smem.add(pipelined_warp_state_floats(D as u32, tile) as usize)
+        },
         counts_for_merge_blocks: !BY_SEQUENCE,
     };
-    merge_warps_and_store(&ptr, &p, &blk, states, threads as usize);
+    merge_warps_and_store(&ptr, &p, &blk, states, threads as usize, cta);
 }
 
 /// One pipelined kernel per (q dtype, KV dtype, head_dim) in the layout `key_rows` says:

@@ -924,6 +924,52 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
     gpu_scope::publish_u64(plan.add(PLAN_STATE_WORD) as *mut u64, plan_ready_word(tag));
 }
 
+/// A tile block's place among the tile blocks: the grid's own block index and size
+/// ([`WholeGrid`]), or in a mix's one launch those of the grid's tile blocks alone ([`TileGrid`]).
+pub(crate) trait TileBlocks: Copy {
+    /// Whether the tile blocks share the grid with a mix's decode blocks (`paged_attention_mix`,
+    /// `RpaParams::decode_apart` 3): a constant, so the whole-grid kernels compile as before.
+    const MIX: bool;
+    fn block(self) -> u32;
+    fn blocks(self) -> u32;
+}
+
+/// The whole grid's blocks are tile blocks (`rpa_tile_ws_*`).
+#[derive(Clone, Copy)]
+pub(crate) struct WholeGrid;
+
+impl TileBlocks for WholeGrid {
+    const MIX: bool = false;
+    #[inline(always)]
+    fn block(self) -> u32 {
+        block_idx_x()
+    }
+    #[inline(always)]
+    fn blocks(self) -> u32 {
+        grid_dim_x()
+    }
+}
+
+/// The tile blocks of a mix's one launch (`paged_attention_mix`): the grid's blocks after its
+/// first `decode_blocks` (a kernel parameter: the producer, on 48 registers, keeps no index of
+/// its own but the hardware's and the constant bank's, as with [`WholeGrid`]).
+#[derive(Clone, Copy)]
+pub(crate) struct TileGrid {
+    pub decode_blocks: u32,
+}
+
+impl TileBlocks for TileGrid {
+    const MIX: bool = true;
+    #[inline(always)]
+    fn block(self) -> u32 {
+        block_idx_x() - self.decode_blocks
+    }
+    #[inline(always)]
+    fn blocks(self) -> u32 {
+        grid_dim_x() - self.decode_blocks
+    }
+}
+
 /// Makes the call's plan and tensor maps ready for this block where they are published under a
 /// tag (a nonzero `RpaParams::launch_tag`): where the kernel plans itself ([`ws_plans_itself`],
 /// persistent blocks; `RpaParams::decode_apart` 0 or 2), block 0 builds them and every other
@@ -969,19 +1015,21 @@ unsafe fn publish_plan(plan: *mut u32, tag: u32) {
 /// only this grid (and where it publishes, the planning kernel) touches while it runs; `maps` are
 /// the call's K/V, Q and output maps ([`WsMap`]'s order).
 #[inline(always)]
-unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorMapImage; 3]) {
+unsafe fn plan_or_wait<Q, G: TileBlocks>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorMapImage; 3], grid: G) {
     let plan = ptr.plan as *mut u32;
     let state = plan.add(PLAN_STATE_WORD) as *mut u64;
     let ready = plan_ready_word(p.launch_tag);
     // 0: a prefill call; 2: a mix whose decode kernel publishes the inputs word; 1: a mix whose
-    // planning kernel publishes the plan.
+    // planning kernel publishes the plan; 3: a mix in one launch, whose every block has waited
+    // for the kernel before (`paged_attention_mix`).
     let plans_here = p.decode_apart != 1;
+    let inputs_word = !G::MIX && p.decode_apart != 0;
     if p.decode_apart == 0 {
         crate::grid_dependency::wait_for_prerequisites();
     }
-    if plans_here && block_idx_x() == 0 {
+    if plans_here && grid.block() == 0 {
         if thread_idx_x() == 0 {
-            if p.decode_apart != 0 {
+            if inputs_word {
                 // The decode kernel's first block has passed its grid dependency wait: the
                 // kernels that write the call's inputs have completed. Then the word is left
                 // free for a replay under the same tag (the next writer, that replay's decode
@@ -992,7 +1040,7 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
             }
             store_maps(plan, p.plan_capacity, maps);
         }
-        if p.decode_apart != 0 {
+        if inputs_word {
             // The metadata's loads after thread 0's acquire.
             sync_threads();
         }
@@ -1011,9 +1059,10 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
     // Q's and K/V's bulk copies (the async proxy) after the acquire above, which no grid
     // dependency wait backs with decode rows apart.
     tma::fence_proxy_async_global();
-    if p.decode_apart != 0 && *plan.add(PLAN_FALLBACK_WORD) != 0 {
+    if !G::MIX && p.decode_apart != 0 && *plan.add(PLAN_FALLBACK_WORD) != 0 {
         // A decreasing `cu_q_lens`: the plan's rows are every row, the decode kernel's too, which
-        // wrote them as it found them; write them after it.
+        // wrote them as it found them; write them after it. (In one launch the decode blocks
+        // stand down instead, `resolve_sequence_block`.)
         crate::grid_dependency::wait_for_prerequisites();
     }
 }
@@ -1025,12 +1074,12 @@ unsafe fn plan_or_wait<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, maps: [&TensorM
 /// # Safety
 /// Every thread of the block calls it, after [`plan_or_wait`] and its last read of the plan.
 #[inline(always)]
-unsafe fn count_block_done<Q>(ptr: &TiledPointers<Q>) {
+unsafe fn count_block_done<Q>(ptr: &TiledPointers<Q>, grid: impl TileBlocks) {
     sync_threads();
     if thread_idx_x() == WARPGROUP {
         let plan = ptr.plan as *mut u32;
         let done = AtomicU32::from_ptr(plan.add(PLAN_BLOCKS_DONE_WORD)).fetch_add(1, Ordering::Relaxed);
-        if done + 1 == grid_dim_x() {
+        if done + 1 == grid.blocks() {
             AtomicU64::from_ptr(plan.add(PLAN_STATE_WORD) as *mut u64).store(0, Ordering::Relaxed);
         }
     }
@@ -1054,11 +1103,12 @@ unsafe fn for_each_pair<Q>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
+    grid: impl TileBlocks,
     mut f: impl FnMut(u32, u32, u32, u32),
 ) {
     let plan = PlanView::load(ptr);
     let heads = p.num_kv_heads.max(1);
-    let (blocks, block) = (grid_dim_x(), block_idx_x());
+    let (blocks, block) = (grid.blocks(), grid.block());
     let dynamic = p.dynamic_pairs != 0;
     let mut n = 0u32;
     loop {
@@ -1084,8 +1134,11 @@ unsafe fn for_each_pair<Q>(
     }
 }
 
+/// The warp-specialized kernel's body (see the module docs) as block `grid.block` of
+/// `grid.blocks` tile blocks: the whole grid (`rpa_tile_ws_*`), or the tile blocks of a mix's one
+/// launch (`paged_attention_mix`).
 #[inline(always)]
-unsafe fn rpa_tiled_ws<
+pub(crate) unsafe fn rpa_tiled_ws<
     Q: MmaElement,
     const D: usize,
     const KSTEPS: usize,
@@ -1093,10 +1146,12 @@ unsafe fn rpa_tiled_ws<
     const KN: usize,
     const KSP: usize,
     const PW: usize,
+    G: TileBlocks,
 >(
     ptr: TiledPointers<Q>,
     p: RpaParams,
     maps: [&TensorMapImage; 3],
+    grid: G,
 ) {
     const {
         assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
@@ -1137,7 +1192,7 @@ unsafe fn rpa_tiled_ws<
     }
     if tagged_plan {
         // (Its block barriers order the mbarriers' initialization before their use too.)
-        plan_or_wait(&ptr, &p, maps);
+        plan_or_wait(&ptr, &p, maps, grid);
     } else {
         // The inputs and the plan (and with decode rows apart, the decode kernel's end) after
         // the wait.
@@ -1162,6 +1217,7 @@ unsafe fn rpa_tiled_ws<
                     &ptr,
                     &p,
                     smem,
+                    grid,
                     #[inline(always)]
                     |seq, r0, rc, g| {
                         if seq != NO_SEQUENCE {
@@ -1174,6 +1230,7 @@ unsafe fn rpa_tiled_ws<
                     &ptr,
                     &p,
                     smem,
+                    grid,
                     #[inline(always)]
                     |seq, r0, rc, g| {
                         if seq != NO_SEQUENCE {
@@ -1192,6 +1249,7 @@ unsafe fn rpa_tiled_ws<
                 &ptr,
                 &p,
                 smem,
+                grid,
                 #[inline(always)]
                 |seq, r0, _, g| {
                     if seq != NO_SEQUENCE && issuer {
@@ -1204,6 +1262,7 @@ unsafe fn rpa_tiled_ws<
                 &ptr,
                 &p,
                 smem,
+                grid,
                 #[inline(always)]
                 |seq, r0, rc, g| {
                     if seq != NO_SEQUENCE {
@@ -1236,6 +1295,7 @@ unsafe fn rpa_tiled_ws<
             &ptr,
             &p,
             smem,
+            grid,
             #[inline(always)]
             |seq, r0, rc, g| {
                 consume_item::<Q, D, KSTEPS, NTILES, KN, KSP, PW>(
@@ -1253,8 +1313,8 @@ unsafe fn rpa_tiled_ws<
         }
     }
     if tagged_plan {
-        count_block_done(&ptr);
-        if p.decode_apart != 0 {
+        count_block_done(&ptr, grid);
+        if !G::MIX && p.decode_apart != 0 {
             // The decode kernel before this one may still run (its rows are not this kernel's):
             // this grid ends after it, so that the kernels after the call, which wait for this
             // grid only, find the decode rows written too.
@@ -1336,10 +1396,11 @@ macro_rules! rpa_tile_ws_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
-            rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }>(
+            rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
                 TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
                 [&map, &q_map, &o_map],
+                WholeGrid,
             )
         }
     )*};

@@ -6,12 +6,13 @@ use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use kernels_gpu::attention::RpaParams;
+use kernels_gpu::attention::{RpaParams, DECODE_APART_ONE_LAUNCH};
 use kernels_gpu::kernels::paged_attention::{
     rpa_combine_shared_bytes, rpa_shared_bytes, HEADS_PER_BLOCK, LOOP_MERGE_MAX_SPLITS, MAX_CLUSTER_SPLITS,
     RPA_THREADS, RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS;
+use kernels_gpu::kernels::paged_attention_mix::{mix_decode_blocks, mix_decode_slots};
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_stage_bytes, pipelined_supports, pipelined_threads,
@@ -480,6 +481,10 @@ struct TiledPlan {
     /// The pipelined kernel over the batch's decode sequences, which the plan then leaves out
     /// (`RpaParams::decode_apart`): its splits merge in clusters or not at all (no scratch).
     decode: Option<DirectPlan>,
+    /// The tile kernel and `decode` in one launch (`name` is the mix kernel,
+    /// `kernels_gpu::kernels::paged_attention_mix`): [`DECODE_APART_ENV_VAR`] 3 where
+    /// [`mix_in_one_launch`] allows it.
+    one_launch: bool,
 }
 
 impl TiledPlan {
@@ -501,12 +506,23 @@ impl TiledPlan {
         self.can_plan_itself && persistent && (self.decode.is_none() || self.overlaps_decode(decode_apart))
     }
 
+    /// The `RpaParams::decode_apart` mode of the call's decode rows for the setting
+    /// [`DECODE_APART_ENV_VAR`] (1 or more): one launch only where the plan has it, else 2 in the
+    /// place of 3.
+    fn decode_mode(&self, setting: u32) -> u32 {
+        if self.one_launch {
+            DECODE_APART_ONE_LAUNCH
+        } else {
+            setting.min(2)
+        }
+    }
+
     /// Whether the warp-specialized kernel after the decode kernel (decode rows apart) starts
     /// without waiting for it ([`DECODE_APART_ENV_VAR`] 2): at head dims 64 and 128
     /// (`can_plan_itself`: the kernels that wait for a plan published under a tag), the kernel's
     /// block 0 or the plan kernel publishing the plan under the call's tag.
     fn overlaps_decode(&self, decode_apart: u32) -> bool {
-        self.can_plan_itself && self.decode.is_some() && decode_apart == 2
+        self.can_plan_itself && self.decode.is_some() && self.decode_mode(decode_apart) >= 2
     }
 }
 
@@ -719,6 +735,30 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
         && (tiled_applies(spec, cc) || (module.image.has_wgmma() && tiled_ws_applies(spec, cc))))
 }
 
+/// Whether a mix whose decode rows run apart (`decode`, on the warp-specialized tile kernel's
+/// call) runs in one launch (`kernels_gpu::kernels::paged_attention_mix`): with
+/// [`DECODE_APART_ENV_VAR`] 3 and persistent tile blocks (the plan's builder then runs among at
+/// most one tile block per multiprocessor), at head dims 64 and 128 (the tile kernel plans
+/// itself), where the decode plan is the key-rows twin with no splits (a decode block in a group
+/// of the tile kernel's block: no clusters, no merge; the head-rows twin spilled at 168
+/// registers). Elsewhere the call takes two launches (mode 2).
+fn mix_in_one_launch(spec: &PagedAttention, decode: &DirectPlan, settings: &LaunchSettings) -> bool {
+    settings.decode_apart == DECODE_APART_ONE_LAUNCH
+        && settings.persistent != 0
+        && ws_plans_itself(spec.head_dim)
+        && matches!(spec.head_dim, 64 | 128)
+        && decode.splits == 1
+        && !decode.cluster
+        && decode.merge_blocks == 0
+        && decode.name.starts_with("rpa_pipe_kr_seq_")
+        && decode.grid_y * spec.max_num_seqs == mix_decode_slots(spec.max_num_seqs, spec.num_q_heads, spec.num_kv_heads)
+}
+
+/// K/V stages of a decode block in a mix's one launch: three of them share the tile kernel's
+/// shared memory (`paged_attention_mix`), as three blocks of two stages share a multiprocessor
+/// in the decode twin's own launch.
+const MIX_DECODE_STAGES: u32 = 2;
+
 /// The pipelined kernel's plan for a call's decode sequences apart ([`decode_apart_applies`]): a
 /// grid of `max_num_seqs` sequences, planned as a decode batch of that many rows, its splits
 /// merged in clusters or not split (no workspace: the tile plan's is the call's).
@@ -805,15 +845,20 @@ fn plan_launch(
             KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim)),
             _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
         };
+        let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };
+        let settings = settings()?;
+        let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(spec, &d, &settings));
+        let name = kernel_name(spec, kernel);
         let plan = LaunchPlan::Tiled(TiledPlan {
-            name: kernel_name(spec, kernel),
+            name: if one_launch { intern(name.replacen("rpa_tile_ws_", "rpa_mix_", 1)) } else { name },
             rows,
             capacity,
             threads,
             shared_bytes,
             warp_specialized: ws,
             can_plan_itself: ws && ws_plans_itself(spec.head_dim),
-            decode: if apart { Some(plan_apart_decode(module, spec)?) } else { None },
+            decode,
+            one_launch,
         });
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
@@ -1445,10 +1490,11 @@ unsafe fn launch_tiled(
         params.dynamic_pairs = u32::from(settings.persistent == 2);
     }
     let plans_itself = t.plans_itself(persistent, settings.decode_apart);
-    // With decode rows apart: 2 where the tile kernel plans itself after the decode kernel, 1
-    // where a plan kernel comes first.
+    // With decode rows apart: 3 in one launch, 2 where the tile kernel plans itself after the
+    // decode kernel, 1 where a plan kernel comes first.
     params.decode_apart = match t.decode {
         None => 0,
+        Some(_) if t.one_launch => DECODE_APART_ONE_LAUNCH,
         Some(_) if plans_itself => 2,
         Some(_) => 1,
     };
@@ -1480,22 +1526,37 @@ unsafe fn launch_tiled(
         // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
         module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
     }
-    if let Some(decode) = t.decode {
-        // Before the tile kernel: the decode rows are most of a mixed batch's bytes. Where the
-        // tile kernel plans itself its block 0 waits for the decode kernel's inputs word, under
-        // the call's tag.
-        let tag = if plans_itself { params.launch_tag } else { 0 };
-        // SAFETY: the plan's kernel 2 is `decode.name`; `plan` holds the call's plan header.
-        launch_apart_decode(module, stream, spec, &bufs, plan, decode, tag, resolved.function(2), &settings)?;
-    }
     let mut args = KernelArgs::new();
     push_inputs(&mut args, &bufs);
     args.push(plan).push(bufs.out).push(params);
+    let mut grid_x = grid.0;
+    match t.decode {
+        Some(decode) if t.one_launch => {
+            // The decode blocks' parameters and count follow the tile blocks' parameters
+            // (`paged_attention_mix`); their blocks come first in the grid.
+            let mut decode_params = direct_params(spec, &decode, &settings);
+            decode_params.decode_apart = DECODE_APART_ONE_LAUNCH;
+            decode_params.launch_tag = params.launch_tag;
+            decode_params.pipe_stages = MIX_DECODE_STAGES;
+            let decode_blocks = mix_decode_blocks(spec.max_num_seqs, spec.num_q_heads, spec.num_kv_heads);
+            args.push(decode_params).push(decode_blocks);
+            grid_x += decode_blocks;
+        }
+        Some(decode) => {
+            // Before the tile kernel: the decode rows are most of a mixed batch's bytes. Where the
+            // tile kernel plans itself its block 0 waits for the decode kernel's inputs word, under
+            // the call's tag.
+            let tag = if plans_itself { params.launch_tag } else { 0 };
+            // SAFETY: the plan's kernel 2 is `decode.name`; `plan` holds the call's plan header.
+            launch_apart_decode(module, stream, spec, &bufs, plan, decode, tag, resolved.function(2), &settings)?;
+        }
+        None => {}
+    }
     for map in maps.iter().flatten() {
         // Where it plans itself, its first block stores them after the plan.
         args.push(*map);
     }
-    let cfg = LaunchConfig { grid: (grid.0, grid.1, 1), block: (t.threads, 1, 1), shared_bytes: t.shared_bytes };
+    let cfg = LaunchConfig { grid: (grid_x, grid.1, 1), block: (t.threads, 1, 1), shared_bytes: t.shared_bytes };
     // SAFETY: the plan's kernel 1 is `t.name`, allowed `t.shared_bytes`; where the
     // warp-specialized kernel plans itself the workspace's contents may be anything (its plan
     // state is tagged), else it holds the plan just enqueued.

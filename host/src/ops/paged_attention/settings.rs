@@ -198,7 +198,10 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// plan's state word (published under the call's tag by its own block 0, which waits for the
 /// decode kernel's word that the inputs are written, or with one block per pair by `rpa_plan_ws`)
 /// and for the decode kernel only before its blocks end, so that its blocks take the
-/// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`).
+/// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`). With `3`
+/// both run in one launch where the decode plan allows it (`mix_in_one_launch`: the key-rows
+/// twin with no splits, head dims 64 and 128, persistent tile blocks), three decode blocks to a
+/// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`.
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 
 /// Environment variable that makes the library write each launch plan it makes to stderr: `1` on,
@@ -287,7 +290,7 @@ impl LaunchSettings {
             merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, DEFAULT_MERGE_MODE, 0..=MERGE_BY_CAPTURE)?,
             table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
             key_rows: optional_bounded_from_env(KEY_ROWS_ENV_VAR, 0..=2)?,
-            decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=2)?,
+            decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=3)?,
             log_plans: bounded_from_env(LOG_PLANS_ENV_VAR, 0, 0..=1)? == 1,
         })
     }
