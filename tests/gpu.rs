@@ -762,7 +762,8 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
             // Splits of at least 64 tiles: the decode rows unsplit, so the mix is one launch.
             with_setting(DECODE_APART_ENV_VAR, "3", || with_setting(MIN_SPLIT_TILES_ENV_VAR, "64", &mut config));
         } else {
-            config();
+            // Two launches (a prefill call is one either way).
+            with_setting(DECODE_APART_ENV_VAR, "2", &mut config);
         }
     }
     println!("{replays} graph replays passed");

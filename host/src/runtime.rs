@@ -827,9 +827,9 @@ impl TiledTensorMap {
 
 /// Most parameters of a kernel launched through [`KernelArgs`].
 const MAX_KERNEL_ARGS: usize = 16;
-/// Words of parameter values [`KernelArgs`] holds (the largest launches: nine pointers and the
-/// parameter struct; eight pointers, the parameter struct and three 128-byte tensor maps).
-const KERNEL_ARG_WORDS: usize = 80;
+/// Words of parameter values [`KernelArgs`] holds (the largest launch, a mix in one launch:
+/// eight pointers, two parameter structs, a count and three 128-byte tensor maps, 89 words).
+const KERNEL_ARG_WORDS: usize = 96;
 
 /// Builds the `void**` argument array of `cuLaunchKernel` from typed values, in place: a launch
 /// allocates nothing (the values are copied into an inline, 8-byte-aligned buffer).
@@ -940,12 +940,13 @@ mod tests {
             assert_eq!((params.a, params.b, params.c), (1, 2.5, [3, 4, 5]));
             assert_eq!(*(p[3] as *const [u64; 16]), [9; 16]);
         }
-        // The largest launch (the warp-specialized kernel: eight pointers, the parameters and the
-        // KV, Q and output tensor maps; the other attention kernels: nine pointers and the
-        // parameters) fits.
+        // The largest launches fit: a mix in one launch (eight pointers, the tile and the decode
+        // parameters, the decode block count, the KV, Q and output tensor maps); the
+        // warp-specialized kernel (the same with one parameter struct); the other attention
+        // kernels (nine pointers and the parameters).
         let params = std::mem::size_of::<kernels_gpu::attention::RpaParams>().div_ceil(8);
         let map = std::mem::size_of::<kernels_gpu::tma::TensorMapImage>().div_ceil(8);
-        assert!(8 + params + 3 * map <= super::KERNEL_ARG_WORDS && 9 + params <= super::KERNEL_ARG_WORDS);
+        assert!(8 + 2 * params + 1 + 3 * map <= super::KERNEL_ARG_WORDS && 9 + params <= super::KERNEL_ARG_WORDS);
     }
 
     #[test]

@@ -193,7 +193,7 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// (`RpaParams::decode_apart`, [`decode_apart_applies`](super::cuda::decode_apart_applies)): with it, Auto runs a call that may mix
 /// prefill and decode rows as the tile kernel over the other rows and the pipelined decode kernel
 /// over its one-row sequences; without it, the tile kernel takes every row. With `1` the tile
-/// kernel starts after the decode kernel; with `2` ([`DEFAULT_DECODE_APART`]) the
+/// kernel starts after the decode kernel; with `2` the
 /// warp-specialized tile kernel (head dims 64 and 128) does not wait for it: it waits for its
 /// plan's state word (published under the call's tag by its own block 0, which waits for the
 /// decode kernel's word that the inputs are written, or with one block per pair by `rpa_plan_ws`)
@@ -201,7 +201,10 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`). With `3`
 /// both run in one launch where the decode plan allows it (`mix_in_one_launch`: the key-rows
 /// twin with no splits, head dims 64 and 128, persistent tile blocks), three decode blocks to a
-/// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`.
+/// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`
+/// ([`DEFAULT_DECODE_APART`]: on an H100, one launch ran the peers' four engine-step mixes 0-9 %
+/// faster on the GPU, and their host cost fell from two launches' to one's, benchmarks/NOTES.md
+/// "v32").
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 
 /// Environment variable that makes the library write each launch plan it makes to stderr: `1` on,
@@ -214,7 +217,7 @@ pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 pub const LOG_PLANS_ENV_VAR: &str = "XGK_LOG_PLANS";
 
 /// Default of [`DECODE_APART_ENV_VAR`].
-const DEFAULT_DECODE_APART: u32 = 2;
+const DEFAULT_DECODE_APART: u32 = 3;
 
 /// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
 /// [`KEY_ROWS_MAX_HEADS`](kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS) and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
