@@ -18,6 +18,11 @@
 //!   Hopper): the driver alone launching the tile family's plan kernels with prepared arguments,
 //!   without and with the three 128-byte tensor maps a prefill launch carries: what argument
 //!   bytes cost the driver.
+//! - `host_overhead/ws_launch_prepared` (GPU only, Hopper): the driver alone launching the
+//!   warp-specialized tile kernel itself with prepared arguments, in a prefill call's launch shape
+//!   (a block per multiprocessor, 384 threads, ~225 KiB of shared memory, eight pointers, the
+//!   parameters and three tensor maps) on a one-row batch: `ffi_cuda/prefill_1x2k` less this is
+//!   the library's own work on a prefill call.
 //! - `host_overhead/cu_launch_kernel_floor`, `cu_launch_kernel_ex_programmatic_floor` (GPU only):
 //!   the driver's floor, one-block launches of simple_add with prepared arguments.
 //!
@@ -31,7 +36,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
 use xla_gpu_kernels::host::capi::{XgkPagedAttentionAttrs, XgkTensor};
 use xla_gpu_kernels::host::ops::paged_attention::{
-    kv_tensor_map, workspace_bytes_with, Attributes, KernelChoice, PagedAttention,
+    kv_tensor_map, workspace_bytes_with, ws_token_tensor_map, Attributes, KernelChoice, PagedAttention,
 };
 use xla_gpu_kernels::host::runtime::{ContextModule, KernelArgs};
 use xla_gpu_kernels::host::xla::ffi::testing::{take_error, FrameBuilder};
@@ -313,6 +318,7 @@ fn cuda_calls(c: &mut Criterion) {
     // The driver's own floor: cuLaunchKernel of the same kernel with prepared arguments.
     let module = unsafe { KERNELS.for_stream(raw_stream) }.unwrap();
     plan_kernel_launches(&mut g, &stream, &module, &prefill);
+    ws_kernel_launches(&mut g, &stream, &module);
     let f = module.function_with_shared("simple_add_f32", 0).unwrap();
     let (mut pa2, mut po2, mut n2, mut v2) = (pa as u64, po as u64, n as u64, 1u32);
     let mut params: [*mut c_void; 5] = [
@@ -335,7 +341,9 @@ fn cuda_calls(c: &mut Criterion) {
     // attribute, as the attention kernels are launched on Hopper: the driver's own price of it.
     g.bench_function("cu_launch_kernel_ex_programmatic_floor", |b| {
         b.iter_custom(|iters| {
-            time_bursts(&stream, iters, || unsafe { launch_programmatic(f, 256, 0, raw_stream, params.as_mut_ptr()) })
+            time_bursts(&stream, iters, || unsafe {
+                launch_programmatic(f, 1, 256, 0, raw_stream, params.as_mut_ptr())
+            })
         })
     });
     g.finish();
@@ -383,7 +391,7 @@ fn plan_kernel_launches(
         g.bench_function(id, |b| {
             b.iter_custom(|iters| {
                 time_bursts(stream, iters, || unsafe {
-                    launch_programmatic(f, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())
+                    launch_programmatic(f, 1, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())
                 })
             })
         });
@@ -391,13 +399,79 @@ fn plan_kernel_launches(
     stream.synchronize().unwrap();
 }
 
-/// `cuLaunchKernelEx` of one block with the programmatic-stream-serialization attribute, as the
-/// attention kernels are launched on Hopper.
+/// [`plan_kernel_launches`] for the warp-specialized tile kernel itself (`ws_launch_prepared`, see
+/// the module docs): `rpa_plan_ws` plans a batch of one row and no sequence once (one zero-fill
+/// item per KV head, the maps stored after it), then the tile kernel is launched from prepared
+/// arguments with the prefill call's block size, shared memory and grid (a block per
+/// multiprocessor; all but eight exit at once), untagged (it reads the stored plan and leaves it).
+fn ws_kernel_launches(
+    g: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    stream: &Arc<CudaStream>,
+    module: &ContextModule,
+) {
+    use kernels_gpu::kernels::paged_attention_tiled::{plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
+    use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_scratch_bytes, ws_shared_bytes, ws_tile_rows, WS_THREADS};
+    use kernels_gpu::tma::TensorMapImage;
+    if !module.image.has_wgmma() {
+        return;
+    }
+    let spec = Shape { name: "ws_1", rows: 1, seqs: 1, pages_per_seq: 1, pool_pages: 1 }.spec();
+    let rows = ws_tile_rows(spec.group().max(1));
+    let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
+    let plan: CudaSlice<u8> = stream.alloc_zeros(ws_scratch_bytes(capacity) as usize).unwrap();
+    let zeros_i32 = |n: usize| -> CudaSlice<i32> { stream.alloc_zeros(n).unwrap() };
+    let (cu, num_seqs, kv_lens, table) = (zeros_i32(2), zeros_i32(1), zeros_i32(1), zeros_i32(1));
+    let q: CudaSlice<u16> = stream.alloc_zeros((HEADS * DIM) as usize).unwrap();
+    let out: CudaSlice<u16> = stream.alloc_zeros((HEADS * DIM) as usize).unwrap();
+    let kv: CudaSlice<u16> = stream.alloc_zeros((PAGE * 2 * KV_HEADS * DIM) as usize).unwrap();
+    let (q, out, kv) = (q.device_ptr(stream).0, out.device_ptr(stream).0, kv.device_ptr(stream).0);
+    let mut params = spec.kernel_params(1, spec.max_visited_keys());
+    params.tile_rows = rows;
+    params.plan_capacity = capacity as u32;
+    let maps = [
+        TensorMapImage { words: kv_tensor_map(&spec, kv).unwrap() },
+        TensorMapImage { words: ws_token_tensor_map(&spec, q).unwrap() },
+        TensorMapImage { words: ws_token_tensor_map(&spec, out).unwrap() },
+    ];
+    let (cu, num_seqs, plan) = (cu.device_ptr(stream).0, num_seqs.device_ptr(stream).0, plan.device_ptr(stream).0);
+    let raw_stream = stream.cu_stream();
+    let planner = module.function_with_shared("rpa_plan_ws", PLAN_SHARED_BYTES).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(cu).push(num_seqs).push(plan).push(params);
+    for map in maps {
+        args.push(map);
+    }
+    // SAFETY: the planner's arguments as it takes them; the plan buffer holds its scratch bytes.
+    unsafe {
+        launch_programmatic(planner, 1, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())
+    };
+    let shared = ws_shared_bytes(DIM as u32);
+    let f = module.function_with_shared("rpa_tile_ws_bf16_bf16_d128", shared).unwrap();
+    let mut args = KernelArgs::new();
+    args.push(q).push(kv).push(kv_lens.device_ptr(stream).0).push(table.device_ptr(stream).0);
+    args.push(cu).push(num_seqs).push(plan).push(out).push(params);
+    for map in maps {
+        args.push(map);
+    }
+    let blocks = module.multiprocessors;
+    g.bench_function("ws_launch_prepared", |b| {
+        b.iter_custom(|iters| {
+            time_bursts(stream, iters, || unsafe {
+                launch_programmatic(f, blocks, WS_THREADS, shared, raw_stream, args.pointers().as_mut_ptr())
+            })
+        })
+    });
+    stream.synchronize().unwrap();
+}
+
+/// `cuLaunchKernelEx` of `blocks` blocks with the programmatic-stream-serialization attribute, as
+/// the attention kernels are launched on Hopper.
 ///
 /// # Safety
 /// `f` is a live function of the stream's context taking the arguments `params` points at.
 unsafe fn launch_programmatic(
     f: sys::CUfunction,
+    blocks: u32,
     threads: u32,
     shared: u32,
     stream: sys::CUstream,
@@ -407,7 +481,7 @@ unsafe fn launch_programmatic(
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
     let config = sys::CUlaunchConfig {
-        gridDimX: 1,
+        gridDimX: blocks,
         gridDimY: 1,
         gridDimZ: 1,
         blockDimX: threads,

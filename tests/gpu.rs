@@ -1055,7 +1055,9 @@ fn decode_rows_apart_match_cpu() {
     println!("worst |gpu - cpu| decode rows apart: {worst:.3e}");
     println!("{runs} decode-apart runs passed, {one_launch_runs} of them in one launch per call");
     if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) {
-        assert!(one_launch_runs >= 3, "only {one_launch_runs} mixes ran in one launch");
+        // At every case stride some case has unsplit decode rows (head_dim 64 or 128, GQA groups up
+        // to 8, whole 16-key page blocks, rows up to 4096 keys).
+        assert!(one_launch_runs >= 1, "no mix ran in one launch");
     }
 }
 

@@ -1442,7 +1442,7 @@ pub fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
 /// query heads × head_dim, boxes of one consumer's 64 M rows (`ws_q_box`: a GQA group's heads of
 /// `64 / group` tokens) × 64 dims (a 128-byte swizzled column block); zeros, never read, where the
 /// kernel loads Q with `cp.async` instead (not `ws_q_by_tma`).
-fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]> {
+pub fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 16]> {
     let group = spec.group();
     if !ws_q_by_tma(spec.head_dim, group) {
         return Ok([0; 16]);

@@ -16,7 +16,7 @@ pub use cpu::run_cpu;
 pub use cuda::{
     decode_apart_applies, key_rows_applies, kv_tensor_map, launch_cuda, launch_cuda_on_device, launch_cuda_with,
     pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies,
-    workspace_bytes, workspace_bytes_with, DeviceBuffers, Workspace,
+    workspace_bytes, workspace_bytes_with, ws_token_tensor_map, DeviceBuffers, Workspace,
 };
 pub use plan_rules::{
     choose_splits, choose_splits_by_waves, PipelinedSplits, DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES,
