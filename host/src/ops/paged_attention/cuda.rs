@@ -741,9 +741,16 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
 /// most one tile block per multiprocessor), at head dims 64 and 128 (the tile kernel plans
 /// itself), where the decode plan is the key-rows twin with no splits (a decode block in a group
 /// of the tile kernel's block: no clusters, no merge; the head-rows twin spilled at 168
-/// registers). Elsewhere the call takes two launches (mode 2).
-fn mix_in_one_launch(spec: &PagedAttention, decode: &DirectPlan, settings: &LaunchSettings) -> bool {
+/// registers). With the variable unset, only where [`mix_one_launch_pays`]. Elsewhere the call
+/// takes two launches (mode 2).
+fn mix_in_one_launch(
+    module: &ContextModule,
+    spec: &PagedAttention,
+    decode: &DirectPlan,
+    settings: &LaunchSettings,
+) -> bool {
     settings.decode_apart == DECODE_APART_ONE_LAUNCH
+        && (settings.decode_apart_given || mix_one_launch_pays(module.dram_gbs_per_multiprocessor))
         && settings.persistent != 0
         && ws_plans_itself(spec.head_dim)
         && matches!(spec.head_dim, 64 | 128)
@@ -847,7 +854,7 @@ fn plan_launch(
         };
         let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };
         let settings = settings()?;
-        let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(spec, &d, &settings));
+        let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(module, spec, &d, &settings));
         let name = kernel_name(spec, kernel);
         let plan = LaunchPlan::Tiled(TiledPlan {
             name: if one_launch { intern(name.replacen("rpa_tile_ws_", "rpa_mix_", 1)) } else { name },

@@ -158,6 +158,16 @@ pub fn wide_dram(dram_gbs_per_sm: f64) -> bool {
     dram_gbs_per_sm >= WIDE_DRAM_GBS_PER_SM
 }
 
+/// Whether a mix whose decode rows run apart takes one launch by default
+/// (`XGK_RPA_DECODE_APART` unset; `cuda.rs`'s `mix_in_one_launch`): on devices below
+/// [`WIDE_DRAM_GBS_PER_SM`] (an H100: the peers' four engine-step mixes 0-9 % faster on the GPU
+/// than in two launches, benchmarks/NOTES.md "v32"). The decode blocks of one launch keep two
+/// stages each, 96 KiB in flight per SM, where the two-launch plan had 128: on an H200, whose
+/// DRAM needs more in flight, unmeasured, so mixes stay in two launches there unless asked.
+pub fn mix_one_launch_pays(dram_gbs_per_sm: f64) -> bool {
+    !wide_dram(dram_gbs_per_sm)
+}
+
 /// Waves of resident blocks (by the split model, at the default stage count) from which the
 /// 16-bit pipelined kernel takes two stages for more resident blocks per SM.
 pub(super) const LONG_GRID_WAVES: u64 = 4;
@@ -413,6 +423,15 @@ mod tests {
             assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, gbs), 1);
             assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 8, gbs), 1);
         }
+    }
+
+    #[test]
+    fn a_mix_takes_one_launch_by_default_on_an_h100_only() {
+        // H100 SXM: 3.35 TB/s over 132 SMs; H200: 4.8 TB/s over 132.
+        assert!(mix_one_launch_pays(25.4));
+        assert!(!mix_one_launch_pays(36.5));
+        // A driver that reports no bandwidth plans as an H100 (`wide_dram`).
+        assert!(mix_one_launch_pays(0.0));
     }
 
     #[test]

@@ -202,9 +202,10 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// both run in one launch where the decode plan allows it (`mix_in_one_launch`: the key-rows
 /// twin with no splits, head dims 64 and 128, persistent tile blocks), three decode blocks to a
 /// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`
-/// ([`DEFAULT_DECODE_APART`]: on an H100, one launch ran the peers' four engine-step mixes 0-9 %
-/// faster on the GPU, and their host cost fell from two launches' to one's, benchmarks/NOTES.md
-/// "v32").
+/// ([`DEFAULT_DECODE_APART`], where [`mix_one_launch_pays`](super::plan_rules::mix_one_launch_pays):
+/// on an H100, one launch ran the peers' four engine-step mixes 0-9 % faster on the GPU, and their
+/// host cost fell from two launches' to one's, benchmarks/NOTES.md "v32"; elsewhere, unmeasured,
+/// the default runs as `2`).
 pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 
 /// Environment variable that makes the library write each launch plan it makes to stderr: `1` on,
@@ -261,8 +262,11 @@ pub struct LaunchSettings {
     pub table_preload: bool,
     /// [`KEY_ROWS_ENV_VAR`] (None: by `cuda.rs`'s `key_rows_taken`'s default).
     pub key_rows: Option<u32>,
-    /// [`DECODE_APART_ENV_VAR`].
+    /// [`DECODE_APART_ENV_VAR`] ([`DEFAULT_DECODE_APART`] where unset).
     pub decode_apart: u32,
+    /// Whether [`DECODE_APART_ENV_VAR`] was given: unset, `3` takes one launch only where
+    /// [`mix_one_launch_pays`](super::plan_rules::mix_one_launch_pays).
+    pub decode_apart_given: bool,
     /// [`LOG_PLANS_ENV_VAR`].
     pub log_plans: bool,
 }
@@ -294,6 +298,7 @@ impl LaunchSettings {
             table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
             key_rows: optional_bounded_from_env(KEY_ROWS_ENV_VAR, 0..=2)?,
             decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=3)?,
+            decode_apart_given: optional_bounded_from_env(DECODE_APART_ENV_VAR, 0..=3)?.is_some(),
             log_plans: bounded_from_env(LOG_PLANS_ENV_VAR, 0, 0..=1)? == 1,
         })
     }
