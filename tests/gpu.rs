@@ -978,7 +978,7 @@ fn decode_rows_apart_match_cpu() {
     let stream = gpu();
     let mut rng = seeded_rng();
     let modules: [(&str, &KernelModule); 2] = [("default image", &KERNELS), ("portable image", portable_kernels())];
-    let (mut runs, mut worst, mut one_launch_runs) = (0, 0.0f64, 0u32);
+    let (mut runs, mut worst, mut mix_runs, mut one_launch_runs) = (0, 0.0f64, 0u32, 0u32);
     for i in (0..30).step_by(case_stride()) {
         let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
         let head_dim = [128, 64, 256][i % 3];
@@ -1036,7 +1036,11 @@ fn decode_rows_apart_match_cpu() {
                 let out = run_gpu_on(&KERNELS, &stream, &case, KernelChoice::Auto, WorkspaceMode::Exact, 3);
                 let launches = launch_count() - before;
                 worst = worst.max(compare(&case, &out, &cpu, &label(&format!("{launches} launches for 3 calls"))));
-                one_launch_runs += u32::from(launches == 3);
+                // A mix (decode rows apart, a head dim the mix kernel has) in one launch per call.
+                let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+                let mix = decode_apart_applies(&ctx, &case.spec()).unwrap() && matches!(head_dim, 64 | 128);
+                mix_runs += u32::from(mix);
+                one_launch_runs += u32::from(mix && launches == 3);
                 runs += 1;
             })
         });
@@ -1053,10 +1057,11 @@ fn decode_rows_apart_match_cpu() {
         });
     }
     println!("worst |gpu - cpu| decode rows apart: {worst:.3e}");
-    println!("{runs} decode-apart runs passed, {one_launch_runs} of them in one launch per call");
-    if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) {
-        // At every case stride some case has unsplit decode rows (head_dim 64 or 128, GQA groups up
-        // to 8, whole 16-key page blocks, rows up to 4096 keys).
+    println!("{runs} decode-apart runs passed; of {mix_runs} mixes under setting 3, {one_launch_runs} in one launch per call");
+    if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) && mix_runs >= 10 {
+        // About half the cases have no decode row over 4096 keys (their decode plan unsplit at 64
+        // tiles a split); at small case strides `tiled_ws_graph_replays_follow_new_metadata`
+        // asserts one launch per call on its own mixes.
         assert!(one_launch_runs >= 1, "no mix ran in one launch");
     }
 }

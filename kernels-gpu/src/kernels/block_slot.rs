@@ -81,9 +81,11 @@ impl BlockSlot for WholeBlock {
 /// Threads of one [`GroupSlot`].
 pub(crate) const GROUP_THREADS: u32 = 128;
 
-/// The named barrier of group 0; group `k` has `FIRST_GROUP_BARRIER + k`. Barrier 0 is the block's,
-/// 1 and 2 the pipelined kernel's warp pairs (head_dim 256, never in a group), 3 the
-/// warp-specialized kernel's consumers' turns (the tile role of the same kernel).
+/// The named barrier of group 0; group `k` has `FIRST_GROUP_BARRIER + k`. Barrier ids are a thread
+/// block's own, and a block of the mix kernel runs one role: the decode groups' ids meet only
+/// barrier 0 (the block's, unused by them) and the pipelined kernel's pair barriers 1 and 2
+/// (head_dim 256, never in a group); the tile role's own named barriers (3-6) are in other
+/// blocks.
 pub(crate) const FIRST_GROUP_BARRIER: u32 = 4;
 
 /// Group `group` (threads `128 group .. 128 group + 128` of the block) as a block of its own at

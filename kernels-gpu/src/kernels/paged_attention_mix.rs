@@ -8,8 +8,10 @@
 //! the tile kernel's (384 threads, ~225 KiB at head_dim 128, one block per multiprocessor). A
 //! decode block is 128 threads on two stages (64 KiB at head_dim 128), so a block of this grid
 //! holds three of them, each a [`GroupSlot`]: its own grid position, its third of the threads, a
-//! named barrier, its share of the shared memory. Three decode blocks of two stages to a
-//! multiprocessor is the residency the decode twin itself gets there (`rpa_pipe_kr_seq_*`).
+//! named barrier, its share of the shared memory. Three decode blocks of two stages
+//! ([`MIX_DECODE_STAGES`]) to a multiprocessor keep 96 KiB of K/V in flight per SM, where the
+//! decode twin launched apart (`rpa_pipe_kr_seq_*`) takes three stages at two blocks per SM (128
+//! KiB): on an H100 the mixes ran as fast or faster (benchmarks/NOTES.md "v32").
 //!
 //! The grid, in block order (blocks are dispatched in grid order):
 //! - blocks `0 .. decode_blocks` ([`mix_decode_blocks`]): the decode blocks, three groups each,
@@ -41,10 +43,19 @@ use super::paged_attention::RpaPointers;
 use super::paged_attention_mma::MMA_HEADS_PER_BLOCK;
 use super::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
 use super::paged_attention_tiled::TiledPointers;
-use super::paged_attention_tiled_ws::{rpa_tiled_ws, TileGrid, WS_THREADS};
+use super::paged_attention_tiled_ws::{rpa_tiled_ws, ws_shared_bytes, TileGrid, WS_THREADS};
 
 /// Decode blocks ([`GroupSlot`]s) per block of the grid.
 pub const MIX_GROUPS: u32 = WS_THREADS / GROUP_THREADS;
+
+/// K/V stages of a decode block in the mix kernel (the host passes it as the decode parameters'
+/// `pipe_stages`): [`MIX_GROUPS`] of them fit the tile kernel's shared memory at both head dims.
+pub const MIX_DECODE_STAGES: u32 = 2;
+
+const _: () = assert!(
+    MIX_GROUPS * mix_group_shared_bytes(64, MIX_DECODE_STAGES) <= ws_shared_bytes(64)
+        && MIX_GROUPS * mix_group_shared_bytes(128, MIX_DECODE_STAGES) <= ws_shared_bytes(128)
+);
 
 /// Blocks of the decode twin's grid (sequences x KV heads x head chunks of
 /// [`MMA_HEADS_PER_BLOCK`], one split) for a call's static shapes.
@@ -164,13 +175,12 @@ rpa_mix_kernels! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::paged_attention_tiled_ws::ws_shared_bytes;
 
     #[test]
     fn three_decode_groups_of_two_stages_fit_the_tile_kernels_shared_memory() {
         assert_eq!(MIX_GROUPS, 3);
         for d in [64, 128] {
-            assert!(MIX_GROUPS * mix_group_shared_bytes(d, 2) <= ws_shared_bytes(d), "head_dim {d}");
+            assert!(MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d), "head_dim {d}");
         }
     }
 

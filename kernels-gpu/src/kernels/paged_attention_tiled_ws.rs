@@ -972,9 +972,13 @@ impl TileBlocks for TileGrid {
 
 /// Makes the call's plan and tensor maps ready for this block where they are published under a
 /// tag (a nonzero `RpaParams::launch_tag`): where the kernel plans itself ([`ws_plans_itself`],
-/// persistent blocks; `RpaParams::decode_apart` 0 or 2), block 0 builds them and every other
-/// block waits until they are published; with a mixed batch's decode rows apart and one block per
-/// pair (`decode_apart` 1), [`rpa_plan_ws`] has built and publishes them and every block waits.
+/// persistent blocks; `RpaParams::decode_apart` 0, 2 or 3), tile block 0 builds them and every
+/// other tile block waits until they are published; with a mixed batch's decode rows apart and
+/// one block per pair (`decode_apart` 1), [`rpa_plan_ws`] has built and publishes them and every
+/// block waits. With 3 (a mix in one launch, `paged_attention_mix`) every block of the grid has
+/// waited for the kernel before already, the tile blocks are the grid's last and at most one per
+/// multiprocessor, and the decode blocks, which never wait, stand down themselves where the plan
+/// falls back: no inputs word, no wait here.
 /// One launch per prefill call, two per mix, instead of a planning kernel before (a launch is
 /// ~2.5 µs of the host's time, benchmarks/NOTES.md "v24"); with decode rows apart, a grid that
 /// need not wait for the decode kernel between (see [`rpa_tiled_ws`]).
@@ -1010,7 +1014,8 @@ impl TileBlocks for TileGrid {
 /// Every thread of the block calls it once, before anything else uses the block's shared memory
 /// or reads the plan or the maps; `p.launch_tag` nonzero; where `p.decode_apart` is 0 or 2 every
 /// block of the grid resident together once running (with 2 after the decode kernel launched
-/// with the same tag and `decode_apart`), with 1 [`rpa_plan_ws`] launched before with the same
+/// with the same tag and `decode_apart`), with 3 the tile blocks at most one per multiprocessor
+/// after blocks that never wait (`paged_attention_mix`), with 1 [`rpa_plan_ws`] launched before with the same
 /// `p`; `ptr.plan` holds [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that
 /// only this grid (and where it publishes, the planning kernel) touches while it runs; `maps` are
 /// the call's K/V, Q and output maps ([`WsMap`]'s order).

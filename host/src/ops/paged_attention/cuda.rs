@@ -12,7 +12,7 @@ use kernels_gpu::kernels::paged_attention::{
     RPA_THREADS, RPA_WARPS,
 };
 use kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS;
-use kernels_gpu::kernels::paged_attention_mix::{mix_decode_blocks, mix_decode_slots};
+use kernels_gpu::kernels::paged_attention_mix::{mix_decode_blocks, mix_decode_slots, MIX_DECODE_STAGES};
 use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, mma_supports_head_dim, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::paged_attention_pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_stage_bytes, pipelined_supports, pipelined_threads,
@@ -518,7 +518,8 @@ impl TiledPlan {
     }
 
     /// Whether the warp-specialized kernel after the decode kernel (decode rows apart) starts
-    /// without waiting for it ([`DECODE_APART_ENV_VAR`] 2): at head dims 64 and 128
+    /// without waiting for it ([`DECODE_APART_ENV_VAR`] 2, or 3: in one launch where the plan
+    /// allows it, else as 2): at head dims 64 and 128
     /// (`can_plan_itself`: the kernels that wait for a plan published under a tag), the kernel's
     /// block 0 or the plan kernel publishing the plan under the call's tag.
     fn overlaps_decode(&self, decode_apart: u32) -> bool {
@@ -760,11 +761,6 @@ fn mix_in_one_launch(
         && decode.name.starts_with("rpa_pipe_kr_seq_")
         && decode.grid_y * spec.max_num_seqs == mix_decode_slots(spec.max_num_seqs, spec.num_q_heads, spec.num_kv_heads)
 }
-
-/// K/V stages of a decode block in a mix's one launch: three of them share the tile kernel's
-/// shared memory (`paged_attention_mix`), as three blocks of two stages share a multiprocessor
-/// in the decode twin's own launch.
-const MIX_DECODE_STAGES: u32 = 2;
 
 /// The pipelined kernel's plan for a call's decode sequences apart ([`decode_apart_applies`]): a
 /// grid of `max_num_seqs` sequences, planned as a decode batch of that many rows, its splits
@@ -1472,7 +1468,9 @@ pub fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 
 /// the pipelined decode kernel runs first; with [`DECODE_APART_ENV_VAR`] 2 the tile kernel runs
 /// beside it (`TiledPlan::overlaps_decode`), its plan published under the call's tag: by its
 /// block 0 once the decode kernel's first block says the inputs are written (two launches), or
-/// by the plan kernel before the decode kernel where its blocks are not persistent (three).
+/// by the plan kernel before the decode kernel where its blocks are not persistent (three). With
+/// `t.one_launch` ([`mix_in_one_launch`]) the mix kernel runs both: its first blocks the decode
+/// rows, three decode blocks each, then the tile kernel's persistent blocks (one launch).
 ///
 /// # Safety
 /// As [`launch_cuda`]; `plan` holds `t`'s scratch bytes (`LaunchPlan::scratch_bytes`).
