@@ -663,47 +663,22 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
     const PREFILL: &[(usize, usize)] = &[(150, 400), (90, 90), (40, 700)];
     const MIX: &[(usize, usize)] = &[(30, 400), (1, 3000), (1, 200), (12, 60), (1, 900), (1, 0)];
     let ws = KernelChoice::TiledWarpSpecialized;
+    let prefill =
+        |shape| Replayed { shape, kernel: ws, seqs: PREFILL, other_cu: &[0, 10, 200, 280], pad: 20, one_launch: false };
+    let mix = |shape, one_launch| Replayed {
+        shape,
+        kernel: KernelChoice::Auto,
+        seqs: MIX,
+        other_cu: &[0, 1, 2, 32, 33, 45, 46],
+        pad: 3,
+        one_launch,
+    };
     let configs = [
-        Replayed {
-            shape: (128, 2, 4),
-            kernel: ws,
-            seqs: PREFILL,
-            other_cu: &[0, 10, 200, 280],
-            pad: 20,
-            one_launch: false,
-        },
-        Replayed {
-            shape: (64, 1, 8),
-            kernel: ws,
-            seqs: PREFILL,
-            other_cu: &[0, 10, 200, 280],
-            pad: 20,
-            one_launch: false,
-        },
-        Replayed {
-            shape: (128, 2, 4),
-            kernel: KernelChoice::Auto,
-            seqs: MIX,
-            other_cu: &[0, 1, 2, 32, 33, 45, 46],
-            pad: 3,
-            one_launch: false,
-        },
-        Replayed {
-            shape: (128, 2, 4),
-            kernel: KernelChoice::Auto,
-            seqs: MIX,
-            other_cu: &[0, 1, 2, 32, 33, 45, 46],
-            pad: 3,
-            one_launch: true,
-        },
-        Replayed {
-            shape: (64, 1, 8),
-            kernel: KernelChoice::Auto,
-            seqs: MIX,
-            other_cu: &[0, 1, 2, 32, 33, 45, 46],
-            pad: 3,
-            one_launch: true,
-        },
+        prefill((128, 2, 4)),
+        prefill((64, 1, 8)),
+        mix((128, 2, 4), false),
+        mix((128, 2, 4), true),
+        mix((64, 1, 8), true),
     ];
     for Replayed { shape: (head_dim, nkv, group), kernel, seqs, other_cu, pad, one_launch } in configs {
         let mut config = || {

@@ -274,6 +274,7 @@ pub struct LaunchSettings {
 impl LaunchSettings {
     /// The settings the environment names now (an invalid value is an error naming it).
     pub fn from_env() -> Result<Self> {
+        let decode_apart = optional_bounded_from_env(DECODE_APART_ENV_VAR, 0..=3)?;
         Ok(LaunchSettings {
             choice: KernelChoice::from_env()?,
             copy_hint: bounded_from_env(COPY_HINT_ENV_VAR, DEFAULT_COPY_HINT, 0..=1)?,
@@ -297,8 +298,8 @@ impl LaunchSettings {
             merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, DEFAULT_MERGE_MODE, 0..=MERGE_BY_CAPTURE)?,
             table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
             key_rows: optional_bounded_from_env(KEY_ROWS_ENV_VAR, 0..=2)?,
-            decode_apart: bounded_from_env(DECODE_APART_ENV_VAR, DEFAULT_DECODE_APART, 0..=3)?,
-            decode_apart_given: optional_bounded_from_env(DECODE_APART_ENV_VAR, 0..=3)?.is_some(),
+            decode_apart: decode_apart.unwrap_or(DEFAULT_DECODE_APART),
+            decode_apart_given: decode_apart.is_some(),
             log_plans: bounded_from_env(LOG_PLANS_ENV_VAR, 0, 0..=1)? == 1,
         })
     }
