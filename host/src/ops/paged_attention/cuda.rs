@@ -754,7 +754,6 @@ fn mix_in_one_launch(
         && (settings.decode_apart_given || mix_one_launch_pays(module.dram_gbs_per_multiprocessor))
         && settings.persistent != 0
         && ws_plans_itself(spec.head_dim)
-        && matches!(spec.head_dim, 64 | 128)
         && decode.splits == 1
         && !decode.cluster
         && decode.merge_blocks == 0
