@@ -1,7 +1,8 @@
 //! xla-gpu-kernels: GPU kernels written in pure Rust, compiled to PTX by cargo (`build.rs`), and
 //! exported from one shared library as XLA custom calls.
 //!
-//! This crate is the top of the stack: it embeds the PTX, owns the one [`KERNELS`] module store,
+//! This crate is the top of the stack: it embeds the kernels (PTX and cubins), owns the one
+//! [`KERNELS`] module store,
 //! and exports the C symbols XLA (and the Python package) resolve. All logic lives below it:
 //! `kernels-gpu` (device code) → `xla-gpu-kernels-host` (runtime, ops, ABI) → here.
 //!
@@ -18,23 +19,40 @@
 use std::ffi::{c_char, c_void};
 
 use host::capi::{XgkPagedAttentionAttrs, XgkTensor};
-use host::runtime::KernelModule;
+use host::runtime::{KernelImages, KernelModule};
 use host::xla::ffi::{CallFrame, FfiError};
 use host::xla::handlers;
 pub use xla_gpu_kernels_host as host;
 
 /// The kernels' PTX images, most specific first (built by `build.rs` from `kernels-gpu`, one per
-/// architecture of `XGK_CUDA_ARCHS`; default sm_90a, then the portable sm_80), NUL-terminated.
+/// architecture of `XGK_CUDA_ARCHS`; default sm_90a, then the portable sm_80), NUL-terminated and
+/// laid out one kernel after another for loading kernel by kernel.
 pub static PTX_IMAGES: &[host::runtime::PtxImage] = include!(concat!(env!("OUT_DIR"), "/ptx_images.rs"));
 
-/// The process-wide module store: per CUDA context, the first image that runs on its device.
-pub static KERNELS: KernelModule = KernelModule::new(PTX_IMAGES);
+/// The kernels' native code: one cubin per architecture of `XGK_CUBIN_ARCHS` (default sm_90a,
+/// sm_89, sm_86, sm_80), compiled from the PTX by the pinned ptxas at build time.
+pub static CUBIN_IMAGES: &[host::runtime::CubinImage] = include!(concat!(env!("OUT_DIR"), "/cubin_images.rs"));
 
-/// Library version and PTX images, e.g. `xla-gpu-kernels 0.1.0 (ptx sm_90a, sm_80)`.
+/// The process-wide module store: per CUDA context, the most specific code that runs on its
+/// device (a cubin, else PTX).
+pub static KERNELS: KernelModule = KernelModule::new(KernelImages { ptx: PTX_IMAGES, cubins: CUBIN_IMAGES });
+
+/// Library version and kernel images, e.g. `xla-gpu-kernels 0.2.0 (cubin sm_90a, sm_89, sm_86,
+/// sm_80 by ptxas V12.9.86; ptx sm_90a, sm_80)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xgk_version() -> *const c_char {
-    concat!("xla-gpu-kernels ", env!("CARGO_PKG_VERSION"), " (ptx ", env!("XGK_PTX_ARCHS"), ")\0").as_ptr()
-        as *const c_char
+    concat!(
+        "xla-gpu-kernels ",
+        env!("CARGO_PKG_VERSION"),
+        " (cubin ",
+        env!("XGK_CUBIN_ARCH_LIST"),
+        " by ptxas ",
+        env!("XGK_CUBIN_PTXAS"),
+        "; ptx ",
+        env!("XGK_PTX_ARCHS"),
+        ")\0"
+    )
+    .as_ptr() as *const c_char
 }
 
 /// Typed FFI handler: `xla_gpu_simple_add` on CUDA.

@@ -19,7 +19,7 @@ use xla_gpu_kernels::host::ops::paged_attention::{
     MIN_SPLIT_TILES_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR, PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
 use xla_gpu_kernels::host::ops::simple_add::SimpleAdd;
-use xla_gpu_kernels::host::runtime::{launch_count, KernelModule, PtxImage};
+use xla_gpu_kernels::host::runtime::{launch_count, KernelImages, KernelModule, PtxImage};
 use xla_gpu_kernels::host::DType;
 use xla_gpu_kernels::KERNELS;
 
@@ -1084,14 +1084,14 @@ fn paged_attention_workspace_modes_agree() {
     println!("{runs} workspace-mode runs passed");
 }
 
-/// A module store holding only the portable image (sm_80), beside [`KERNELS`] (which loads the
-/// sm_90a image on Hopper).
+/// A module store holding only the portable PTX image (sm_80; its kernels JIT-compiled one by one
+/// on first use), beside [`KERNELS`] (which loads the sm_90a cubin on Hopper).
 fn portable_kernels() -> &'static KernelModule {
     static PORTABLE: OnceLock<KernelModule> = OnceLock::new();
     PORTABLE.get_or_init(|| {
         let images: Vec<PtxImage> =
             xla_gpu_kernels::PTX_IMAGES.iter().filter(|i| !i.has_grid_dependency_control()).copied().collect();
-        KernelModule::new(Box::leak(images.into_boxed_slice()))
+        KernelModule::new(KernelImages { ptx: Box::leak(images.into_boxed_slice()), cubins: &[] })
     })
 }
 
@@ -1120,27 +1120,41 @@ fn with_programmatic_launch<R>(on: bool, f: impl FnOnce() -> R) -> R {
     with_setting(PROGRAMMATIC_LAUNCH_ENV_VAR, if on { "1" } else { "0" }, f)
 }
 
-/// The Hopper image (programmatic dependent launch between the split kernel and its merge, the
-/// plan and the tile kernel, and from one call to the next) and the portable image give the CPU's
-/// answer, with the launches programmatic and not, one call or several back to back on the same
-/// buffers. On a Hopper GPU the default store must load the sm_90a image.
+/// A module store holding only the PTX image of the device's own architecture where the library
+/// has one (sm_90a on Hopper), else the portable one: the kernels the cubin holds, JIT-compiled
+/// one by one on first use.
+fn device_ptx_kernels() -> &'static KernelModule {
+    static DEVICE_PTX: OnceLock<KernelModule> = OnceLock::new();
+    DEVICE_PTX.get_or_init(|| KernelModule::new(KernelImages { ptx: xla_gpu_kernels::PTX_IMAGES, cubins: &[] }))
+}
+
+/// The native code (the default store's cubin), the Hopper PTX image and the portable PTX image
+/// (each compiled kernel by kernel on first use) give the CPU's answer, with the launches
+/// programmatic (between the split kernel and its merge, the plan and the tile kernel, and from
+/// one call to the next) and not, one call or several back to back on the same buffers. On a
+/// Hopper GPU the default store must load the sm_90a cubin.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn ptx_images_and_programmatic_launch_agree() {
+fn kernel_images_and_programmatic_launch_agree() {
     let stream = gpu();
     let mut rng = seeded_rng();
     let loaded = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
+    let device_ptx = unsafe { device_ptx_kernels().for_stream(stream.cu_stream()) }.unwrap();
     let portable = unsafe { portable_kernels().for_stream(stream.cu_stream()) }.unwrap();
     println!(
-        "compute capability {}: default store loaded {} (programmatic launch {}), portable store {}",
-        loaded.compute_capability, loaded.image.arch, loaded.programmatic_launch, portable.image.arch
+        "compute capability {}: default store loaded {:?} (programmatic launch {}), PTX store {:?}, portable store {:?}",
+        loaded.compute_capability, loaded.image, loaded.programmatic_launch, device_ptx.image, portable.image
     );
-    let defaults = option_env!("XGK_CUDA_ARCHS").is_none() && std::env::var_os("XGK_PTX_ARCH").is_none();
+    let defaults = option_env!("XGK_CUDA_ARCHS").is_none()
+        && option_env!("XGK_CUBIN_ARCHS").is_none()
+        && std::env::var_os("XGK_PTX_ARCH").is_none();
     if loaded.compute_capability == 90 && defaults {
-        assert_eq!(loaded.image.arch, "sm_90a");
+        assert_eq!((loaded.image.arch, loaded.image.native), ("sm_90a", true), "Hopper loads the sm_90a cubin");
         assert!(loaded.programmatic_launch, "a Hopper GPU with a CUDA 12.3+ driver launches programmatically");
+        assert_eq!((device_ptx.image.arch, device_ptx.image.native), ("sm_90a", false));
     }
-    assert_eq!(portable.image.arch, "sm_80");
+    assert!(!device_ptx.image.native);
+    assert_eq!((portable.image.arch, portable.image.native), ("sm_80", false));
     assert!(!portable.programmatic_launch);
     let cases = [
         // decode over long contexts: split kernel + merge
@@ -1158,7 +1172,9 @@ fn ptx_images_and_programmatic_launch_agree() {
         let cpu = case.cpu_output();
         for kernel in [KernelChoice::Auto].into_iter().chain(kernels_for(case)) {
             for programmatic in [true, false] {
-                for (store, name) in [(&KERNELS, "default"), (portable_kernels(), "portable")] {
+                let stores =
+                    [(&KERNELS, "default"), (device_ptx_kernels(), "device PTX"), (portable_kernels(), "portable")];
+                for (store, name) in stores {
                     let hopper_only = matches!(kernel, KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized);
                     if hopper_only && name == "portable" {
                         continue; // the sm_80 image has no wgmma kernels
@@ -1180,6 +1196,7 @@ fn ptx_images_and_programmatic_launch_agree() {
         }
     }
     println!("{runs} image / programmatic-launch runs passed");
+    assert!(runs > 0, "no run: XGK_TEST_STRIDE skipped every combination");
 }
 
 /// Calls chained through their data on one stream, with no sync between them: each call's output

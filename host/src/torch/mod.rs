@@ -161,7 +161,7 @@ mod tests {
     /// library, never a crash; the Python front end then keeps its own kernels.
     #[test]
     fn register_without_libtorch_is_an_error_naming_the_library() {
-        static KERNELS: KernelModule = KernelModule::new(&[]);
+        static KERNELS: KernelModule = KernelModule::new(crate::runtime::KernelImages { ptx: &[], cubins: &[] });
         let err = register(&KERNELS, Path::new("/nonexistent/torch/lib")).unwrap_err();
         assert!(matches!(err, Error::Torch(_)), "{err:?}");
         assert!(err.to_string().contains("libtorch_cpu.so"), "{err}");

@@ -1,5 +1,5 @@
-//! CUDA runtime for custom calls: driver loading, one PTX module per CUDA context, launches on a
-//! stream we do not own.
+//! CUDA runtime for custom calls: driver loading, the kernels' code loaded once per CUDA context
+//! (a cubin, or PTX one kernel at a time: [`images`]), launches on a stream we do not own.
 //!
 //! - The driver is reached through `cudarc`'s dynamically loaded bindings, so building or loading
 //!   the shared library needs nothing CUDA. cudarc panics when libcuda is absent, so every entry
@@ -18,6 +18,9 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUmodule, CUstream};
 
 use crate::error::{Error, Result};
+
+mod images;
+pub use images::{CubinImage, ImageTarget, KernelImages, PtxImage};
 
 pub use cudarc::driver::sys::CUfunction;
 pub use cudarc::driver::sys::CUstream as Stream;
@@ -86,56 +89,10 @@ pub fn ensure_driver() -> Result<()> {
     }
 }
 
-/// One embedded PTX image and the architecture it was built for (`sm_80`, `sm_90a`, ...).
-#[derive(Clone, Copy, Debug)]
-pub struct PtxImage {
-    /// `sm_XY` or `sm_XYa`.
-    pub arch: &'static str,
-    /// NUL-terminated PTX text.
-    pub ptx: &'static str,
-}
-
-impl PtxImage {
-    /// The compute capability (`major * 10 + minor`) the image targets, and whether it uses
-    /// architecture-specific (`a`) features.
-    fn target(&self) -> Option<(u32, bool)> {
-        let digits = self.arch.strip_prefix("sm_")?;
-        let specific = digits.ends_with('a');
-        Some((digits.trim_end_matches('a').parse().ok()?, specific))
-    }
-
-    /// Whether the driver can load the image on a device of compute capability `cc`: PTX for
-    /// `sm_XY` is JIT-compiled for XY and every newer device; `sm_XYa` PTX only for XY itself.
-    pub fn runs_on(&self, cc: u32) -> bool {
-        match self.target() {
-            Some((target, true)) => cc == target,
-            Some((target, false)) => cc >= target,
-            None => false,
-        }
-    }
-
-    /// Whether the image was built with the Hopper instructions (`griddepcontrol` for
-    /// programmatic dependent launch): sm_90 and newer.
-    pub fn has_grid_dependency_control(&self) -> bool {
-        self.target().is_some_and(|(target, _)| target >= 90)
-    }
-
-    /// Whether the image has the thread-block cluster instructions (distributed shared memory,
-    /// cluster barriers): sm_90 and newer, as [`Self::has_grid_dependency_control`].
-    pub fn has_clusters(&self) -> bool {
-        self.has_grid_dependency_control()
-    }
-
-    /// Whether the image has the warpgroup-MMA kernels (`wgmma`, an sm_90a-only instruction).
-    pub fn has_wgmma(&self) -> bool {
-        self.target() == Some((90, true))
-    }
-}
-
-/// Environment variable naming the image to load (an `arch` of the embedded images, such as
-/// `sm_80`) instead of the most specific one that runs on the device: for comparing the images
-/// and for running the portable one on a device that has a specific one. Read when a context
-/// first loads the module.
+/// Environment variable naming the PTX image to load (an `arch` of the embedded PTX images, such
+/// as `sm_80` or `sm_90a`) instead of the most specific code that runs on the device, native code
+/// included: for comparing the images, for running the portable one on a device that has a
+/// specific one, and for timing the JIT path. Read when a context first loads the kernels.
 pub const PTX_ARCH_ENV_VAR: &str = "XGK_PTX_ARCH";
 
 /// Whether a `cuModuleLoadData` error means the driver could not compile or use this image (so
@@ -154,10 +111,11 @@ fn image_not_compiled(code: sys::CUresult) -> bool {
     )
 }
 
-/// The kernels of the embedded PTX images, loaded lazily into each CUDA context that asks for
-/// them: the first image (most specific first) that runs on the context's device and loads.
+/// The kernels of the embedded images, loaded lazily into each CUDA context that asks for them:
+/// the most specific cubin that runs on the context's device, else the most specific PTX image
+/// that the driver compiles ([`images`]).
 pub struct KernelModule {
-    images: &'static [PtxImage],
+    images: KernelImages,
     /// (context id, module): a process sees a handful of contexts, so a list suffices. Keyed by
     /// `cuCtxGetId`, not the handle: a destroyed context's handle can be reused by a new one.
     contexts: Mutex<Vec<(u64, Arc<ContextModule>)>>,
@@ -170,10 +128,17 @@ pub struct KernelModule {
 /// A cluster shape of a kernel's blocks: (kernel, threads, dynamic shared bytes, blocks).
 type ClusterKey = (&'static str, u32, u32, u32);
 
-/// The PTX image loaded into one context, with the per-device facts launches need.
+/// The kernels' code as loaded into one context: every kernel at once from a cubin, or each
+/// kernel's own PTX module when it is first asked for (JIT-compiled by the driver then).
+enum LoadedCode {
+    Cubin(CUmodule),
+    Ptx(PtxImage),
+}
+
+/// The kernels' code loaded into one context, with the per-device facts launches need.
 pub struct ContextModule {
     context: CUcontext,
-    module: CUmodule,
+    code: LoadedCode,
     /// Kernel handle and the dynamic shared memory it has been allowed, by name.
     functions: Mutex<HashMap<&'static str, (usize, u32)>>,
     /// Resident blocks per multiprocessor, by (kernel, threads, dynamic shared bytes).
@@ -190,8 +155,8 @@ pub struct ContextModule {
     /// width, over the multiprocessors; 0 where the driver does not say): some plan rules were
     /// measured to pay on one side of it only (an H100 SXM has 25.4 GB/s per SM, an H200 36.5).
     pub dram_gbs_per_multiprocessor: f64,
-    /// The image loaded here.
-    pub image: PtxImage,
+    /// The image loaded here (cubin or PTX, and its architecture).
+    pub image: ImageTarget,
     /// Whether launches may use programmatic dependent launch: the image has the grid-dependency
     /// instructions and the driver records programmatic edges under stream capture (CUDA 12.3+).
     pub programmatic_launch: bool,
@@ -219,9 +184,9 @@ pub fn dram_gbs_per_multiprocessor(memory_khz: i32, bus_bits: i32, multiprocesso
 const PROGRAMMATIC_CAPTURE_DRIVER: i32 = 12030;
 
 impl KernelModule {
-    /// `images`, most specific first; each `ptx` must end with a NUL byte (`cuModuleLoadData`
-    /// reads a C string).
-    pub const fn new(images: &'static [PtxImage]) -> Self {
+    /// `images` in any order; each `ptx` must end with a NUL byte (`cuModuleLoadData` reads a C
+    /// string).
+    pub const fn new(images: KernelImages) -> Self {
         KernelModule { images, contexts: Mutex::new(Vec::new()), devices: Mutex::new(Vec::new()) }
     }
 
@@ -231,9 +196,20 @@ impl KernelModule {
         self.contexts.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// The architectures of the embedded images, most specific first (for error messages).
-    fn archs(&self) -> Vec<&'static str> {
-        self.images.iter().map(|i| i.arch).collect()
+    /// The embedded images, most specific first: the cubins, then the PTX images.
+    fn targets(&self) -> Vec<ImageTarget> {
+        let mut cubins: Vec<ImageTarget> = self.images.cubins.iter().map(CubinImage::target).collect();
+        let mut ptx: Vec<ImageTarget> = self.images.ptx.iter().map(PtxImage::target).collect();
+        cubins.sort_by_key(ImageTarget::preference);
+        ptx.sort_by_key(ImageTarget::preference);
+        cubins.extend(ptx);
+        cubins
+    }
+
+    /// The embedded images as `cubin sm_90a, ..., ptx sm_80` (for error messages and the version).
+    pub fn describe(&self) -> String {
+        let kind = |t: &ImageTarget| if t.native { "cubin" } else { "ptx" };
+        self.targets().iter().map(|t| format!("{} {}", kind(t), t.arch)).collect::<Vec<_>>().join(", ")
     }
 
     /// The module loaded in the context that owns `stream`, loading it on first use.
@@ -340,11 +316,11 @@ impl KernelModule {
         let mut driver = 0;
         // SAFETY: out-pointer to a local.
         unsafe { sys::cuDriverGetVersion(&mut driver) }.result().map_err(|e| Error::cuda("cuDriverGetVersion", e))?;
-        let (image, module) = self.load_image(cc)?;
+        let (image, code, probe) = self.load_image(cc)?;
         let loaded = Arc::new(ContextModule {
             context,
-            module,
-            functions: Mutex::new(HashMap::new()),
+            code,
+            functions: Mutex::new(probe.into_iter().collect()),
             occupancy: Mutex::new(HashMap::new()),
             cluster_occupancy: Mutex::new(HashMap::new()),
             multiprocessors,
@@ -358,57 +334,100 @@ impl KernelModule {
         Ok(loaded)
     }
 
-    /// Loads, into the current context, the first image that runs on compute capability `cc`
-    /// (or the one [`PTX_ARCH_ENV_VAR`] names), falling back to the next when the driver cannot
-    /// compile one (an older driver's PTX JIT, say). Any other load error (out of memory, a sticky
-    /// error from an earlier fault) is returned as it is: falling back then would cache the
-    /// portable image for the context for good.
-    fn load_image(&self, cc: u32) -> Result<(PtxImage, CUmodule)> {
+    /// Loads, into the current context, the most specific cubin that runs on compute capability
+    /// `cc`, else the most specific PTX image the driver compiles (or the PTX image
+    /// [`PTX_ARCH_ENV_VAR`] names), falling back to the next when the driver refuses one (a
+    /// driver older than the cubins' toolkit, an older driver's PTX JIT). A PTX image is checked
+    /// by compiling its smallest kernel, returned as the third value (its name and function) for
+    /// the function cache; its other kernels are compiled when first asked for. Any other load
+    /// error (out of memory, a sticky error from an earlier fault) is returned as it is: falling
+    /// back then would cache a lesser image for the context for good.
+    fn load_image(&self, cc: u32) -> Result<(ImageTarget, LoadedCode, Option<(&'static str, (usize, u32))>)> {
         let forced = std::env::var(PTX_ARCH_ENV_VAR).ok().filter(|v| !v.is_empty());
         if let Some(arch) = &forced {
-            if !self.images.iter().any(|i| i.arch == arch) {
+            if !self.images.ptx.iter().any(|i| i.arch == arch) {
                 return Err(Error::invalid(format!(
-                    "{PTX_ARCH_ENV_VAR}={arch:?} names no embedded PTX image; the library has {:?}",
-                    self.archs()
+                    "{PTX_ARCH_ENV_VAR}={arch:?} names no embedded PTX image; the library has {}",
+                    self.describe()
                 )));
             }
         }
         let mut refused = Vec::new();
-        for image in self.images.iter().filter(|i| forced.as_deref().is_none_or(|a| a == i.arch)) {
-            if !image.runs_on(cc) {
+        for target in self.targets() {
+            let chosen = match &forced {
+                Some(arch) => !target.native && target.arch == arch,
+                None => true,
+            };
+            if !chosen || !target.runs_on(cc) {
                 continue;
             }
-            if !image.ptx.ends_with('\0') {
-                return Err(Error::invalid("internal: PTX image is not NUL-terminated"));
-            }
-            // SAFETY: the image is a NUL-terminated PTX string; the caller made the context current.
-            match unsafe { cu::module::load_data(image.ptx.as_ptr() as *const c_void) } {
-                Ok(module) => return Ok((*image, module)),
+            let loaded = if target.native {
+                let cubin = self.images.cubins.iter().find(|c| c.arch == target.arch).expect("listed by targets");
+                let words = cubin.aligned();
+                // SAFETY: an ELF image from ptxas, 8-byte aligned; the caller made the context
+                // current. The driver copies what it needs.
+                unsafe { cu::module::load_data(words.as_ptr() as *const c_void) }
+                    .map(|module| (target, LoadedCode::Cubin(module), None))
+            } else {
+                let image = *self.images.ptx.iter().find(|i| i.arch == target.arch).expect("listed by targets");
+                let probe = image
+                    .kernels
+                    .iter()
+                    .min_by_key(|&&(_, start, end)| end - start)
+                    .map(|&(name, _, _)| name)
+                    .ok_or_else(|| Error::invalid("internal: a PTX image without kernels"))?;
+                // SAFETY: the caller made the context current.
+                unsafe { load_ptx_kernel(&image, probe) }
+                    .map(|f| (target, LoadedCode::Ptx(image), Some((probe, (f as usize, 48 * 1024)))))
+            };
+            match loaded {
+                Ok(loaded) => return Ok(loaded),
                 Err(e) if image_not_compiled(e.0) => {
-                    refused.push(format!("{}: {}", image.arch, Error::cuda("cuModuleLoadData", e)))
+                    let kind = if target.native { "cubin" } else { "ptx" };
+                    refused.push(format!("{kind} {}: {}", target.arch, Error::cuda("cuModuleLoadData", e)))
                 }
                 Err(e) => return Err(Error::cuda("cuModuleLoadData", e)),
             }
         }
         let cc_text = format!("{}.{}", cc / 10, cc % 10);
         Err(if refused.is_empty() {
-            let have = self.archs();
             let chosen = match &forced {
-                Some(arch) => format!("the image {PTX_ARCH_ENV_VAR}={arch:?} names does not run"),
-                None => "no embedded PTX image runs".to_string(),
+                Some(arch) => format!("the PTX image {PTX_ARCH_ENV_VAR}={arch:?} names does not run"),
+                None => "no embedded image runs".to_string(),
             };
             Error::invalid(format!(
-                "{chosen} on this GPU (compute capability {cc_text}); the library has {have:?} \
+                "{chosen} on this GPU (compute capability {cc_text}); the library has {} \
                  (the kernels need compute capability 8.0 or newer; an `a` image runs on its own \
-                 architecture only)"
+                 architecture only)",
+                self.describe()
             ))
         } else {
             Error::Driver(format!(
-                "the driver loaded no PTX image on compute capability {cc_text}: {}",
+                "the driver loaded no kernel image on compute capability {cc_text}: {}",
                 refused.join("; ")
             ))
         })
     }
+}
+
+/// Loads the module of `image` that holds only `kernel` (the driver JIT-compiles it) and returns
+/// the kernel. The module stays loaded for the context's life.
+///
+/// # Safety
+/// A context must be current; `kernel` must be a kernel of `image` (else an error).
+unsafe fn load_ptx_kernel(
+    image: &PtxImage,
+    kernel: &'static str,
+) -> std::result::Result<CUfunction, cudarc::driver::DriverError> {
+    let Some(module_text) = image.kernel_module(kernel) else {
+        return Err(cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND));
+    };
+    // SAFETY: NUL-terminated PTX; the context is current (caller's contract).
+    let module = unsafe { cu::module::load_data(module_text.as_ptr() as *const c_void) }?;
+    let name =
+        CString::new(kernel).map_err(|_| cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE))?;
+    // SAFETY: the module was just loaded in the current context.
+    unsafe { cu::module::get_function(module, name) }
 }
 
 impl ContextModule {
@@ -422,11 +441,20 @@ impl ContextModule {
             Some(&(f, allowed)) if shared_bytes <= allowed => return Ok(f as CUfunction),
             Some(&entry) => entry,
             None => {
-                let cname = CString::new(name).map_err(|_| Error::invalid("kernel name contains NUL"))?;
                 let _guard = ContextGuard::push(self.context)?;
-                // SAFETY: module is loaded and never unloaded.
-                let f = unsafe { cu::module::get_function(self.module, cname) }
-                    .map_err(|e| Error::cuda("cuModuleGetFunction", e))?;
+                let f = match &self.code {
+                    LoadedCode::Cubin(module) => {
+                        let cname = CString::new(name).map_err(|_| Error::invalid("kernel name contains NUL"))?;
+                        // SAFETY: the module is loaded and never unloaded.
+                        unsafe { cu::module::get_function(*module, cname) }
+                            .map_err(|e| Error::cuda("cuModuleGetFunction", e))?
+                    }
+                    // The first call of this kernel in this context: the driver compiles its
+                    // PTX now (seconds; cached on disk by the driver for later processes).
+                    // SAFETY: the context is current (guard above).
+                    LoadedCode::Ptx(image) => unsafe { load_ptx_kernel(image, name) }
+                        .map_err(|e| Error::cuda("cuModuleLoadData (one kernel's PTX)", e))?,
+                };
                 (f as usize, 48 * 1024)
             }
         };
@@ -916,8 +944,6 @@ impl std::ops::DerefMut for ArgPointers<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::PtxImage;
-
     #[test]
     fn kernel_args_point_at_aligned_copies_of_each_value() {
         #[derive(Clone, Copy)]
@@ -947,21 +973,5 @@ mod tests {
         let params = std::mem::size_of::<kernels_gpu::attention::RpaParams>().div_ceil(8);
         let map = std::mem::size_of::<kernels_gpu::tma::TensorMapImage>().div_ceil(8);
         assert!(8 + 2 * params + 1 + 3 * map <= super::KERNEL_ARG_WORDS && 9 + params <= super::KERNEL_ARG_WORDS);
-    }
-
-    #[test]
-    fn images_run_where_the_driver_can_load_them() {
-        let portable = PtxImage { arch: "sm_80", ptx: "\0" };
-        let hopper = PtxImage { arch: "sm_90a", ptx: "\0" };
-        // Portable PTX: its architecture and every newer one (JIT).
-        assert!(!portable.runs_on(75));
-        assert!(portable.runs_on(80) && portable.runs_on(86) && portable.runs_on(90) && portable.runs_on(100));
-        // Architecture-specific PTX: that architecture only.
-        assert!(hopper.runs_on(90));
-        assert!(!hopper.runs_on(89) && !hopper.runs_on(100) && !hopper.runs_on(120));
-        assert!(hopper.has_grid_dependency_control() && !portable.has_grid_dependency_control());
-        assert!(hopper.has_wgmma() && !portable.has_wgmma());
-        assert!(!PtxImage { arch: "sm_100a", ptx: "\0" }.has_wgmma());
-        assert!(!PtxImage { arch: "compute_90", ptx: "\0" }.runs_on(90));
     }
 }
