@@ -66,9 +66,12 @@ MANIFEST = {
                                          ".gpu/bin/host_overhead --bench --noplot"),
         "host-overhead-2026-11-27.log": ("host cost per call (criterion), three runs on three machines: a mix in "
                                          "one launch", "82b218c, 52f87db",
-                                         ".gpu/bin/host_overhead --bench --noplot 'mix|prefill|floor'; "
-                                         "XGK_RPA_DECODE_APART=2 for the two-launch row; run 3: "
-                                         "'prepared|floor|ffi_cuda/|encode|validate' twice"),
+                                         "run 1: .gpu/bin/host_overhead --bench --noplot 'mix|prefill|floor' (the build's default "
+                                         "then: a mix in two launches), then XGK_RPA_DECODE_APART=3 "
+                                         ".gpu/bin/host_overhead --bench --noplot 'mix' (one launch); run 2: "
+                                         ".gpu/bin/host_overhead --bench --noplot 'floor|mix|prefill'; run 3: "
+                                         ".gpu/bin/host_overhead --bench --noplot "
+                                         "'prepared|floor|ffi_cuda/|encode|validate', twice"),
         "read-ceiling.json": ("a kernel that only reads: the DRAM's ceiling", "18060e4",
                               "python3 benchmarks/read_ceiling.py"),
         "soak.txt": ("100 000 random calls from 8 threads", "eab21f3",
