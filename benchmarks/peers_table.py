@@ -1,5 +1,5 @@
-"""Tables of a `benchmarks/peers.py` result file: Markdown (docs/performance.md's tables come from these, through benchmarks/report.py) or
-fixed width (what peers.py prints last).
+"""Tables of a `benchmarks/peers.py` result file: Markdown (docs/performance.md's tables come from
+these, through benchmarks/report.py) or fixed width (what peers.py prints last).
 
     python3 benchmarks/peers_table.py benchmarks/results/h100/decode.json [--fixed]
 
