@@ -13,7 +13,7 @@ Parts (all by default; each prints a table and adds to one JSON file):
   count over repeated steps (a step replayed from a command buffer launches nothing through the
   library), identical results, and new results after new ``kv_lens`` / ``page_indices``.
 
-    python3 benchmarks/overhead.py [--parts torch,sync,cmdbuf] [--out benchmarks/results/overhead-<gpu>-<date>.json]
+    python3 benchmarks/overhead.py [--parts torch,sync,cmdbuf] [--out benchmarks/runs/overhead-<gpu>-<date>.json]
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ call, whose small cells then find their KV in L2 after the first.
         [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
         [--cells 1x16384,1x32768:float8_e4m3fn]  (decode cells in place of the suite's)
 
-Writes FILE.json and FILE.png (default `benchmarks/results/peers-<suite>-<geometry>-<gpu>-<date>.*`)
+Writes FILE.json and FILE.png (default `benchmarks/runs/peers-<suite>-<geometry>-<gpu>-<date>.*`)
 and prints a table last. `benchmarks/peers_table.py FILE.json` renders the Markdown table.
 """
 
@@ -1010,7 +1010,7 @@ def main():
         cases = [c for c in cases if any(f in c.name for f in args.filter.split(","))]
     date = datetime.date.today().isoformat()
     tag = gpu_name.replace("NVIDIA ", "").replace(" ", "-")
-    out = args.out or os.path.join(ROOT, "benchmarks", "results",
+    out = args.out or os.path.join(ROOT, "benchmarks", "runs",
                                    f"peers-{args.suite}-{args.geometry}-{tag}-{date}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 

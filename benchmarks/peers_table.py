@@ -1,7 +1,7 @@
-"""Tables of a `benchmarks/peers.py` result file: Markdown (the README's tables come from these) or
-fixed width (what peers.py prints last).
+"""Tables of a `benchmarks/peers.py` result file: Markdown (docs/performance.md's tables come from
+these, through benchmarks/report.py) or fixed width (what peers.py prints last).
 
-    python3 benchmarks/peers_table.py benchmarks/results/peers-decode-G1-H100-...json [--fixed]
+    python3 benchmarks/peers_table.py benchmarks/results/h100/decode.json [--fixed]
 
 Decode cases show median µs (% of the copy bandwidth measured in the same run); prefill and mixed
 batches median µs (causal TFLOP/s). A peer with profiler kernel times (`kernel_us`: device busy

@@ -11,7 +11,7 @@ JAX's dispatch is paid once per CHAIN kernels and the small sizes compare the ke
 launches within one executable (recorded into a command buffer where XLA does so). Writes a
 JSON result and prints a table.
 
-    python3 benchmarks/simple_add_vs_xla.py [--out benchmarks/results/simple-add-<gpu>-<date>.json]
+    python3 benchmarks/simple_add_vs_xla.py [--out benchmarks/runs/simple-add-<gpu>-<date>.json]
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main():
                          f"per add in one jitted function of {CHAIN} dependent adds (optimization barriers between them)"),
               "chain": CHAIN, "command_buffers": os.environ.get("XLA_FLAGS", ""),
               "rows": rows}
-    out = args.out or os.path.join(os.path.dirname(__file__), "results",
+    out = args.out or os.path.join(os.path.dirname(__file__), "runs",
                                    f"simple-add-{gpu.split(',')[0].replace(' ', '-')}-{result['date']}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

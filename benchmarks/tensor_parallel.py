@@ -13,7 +13,7 @@ Times: `blocked` = median over calls each followed by `block_until_ready` (inclu
 `pipelined` = median over rounds of back-to-back calls with one block at the end, per call.
 Writes JSON (device names, driver, jax version, times, speedups) and prints a table.
 
-    python3 benchmarks/tensor_parallel.py [--out benchmarks/results/tensor-parallel-<gpu>-<date>.json]
+    python3 benchmarks/tensor_parallel.py [--out benchmarks/runs/tensor-parallel-<gpu>-<date>.json]
     python3 benchmarks/tensor_parallel.py --tiny     # a small configuration, runs on 2 CPU devices
 """
 
@@ -92,7 +92,7 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="small cases (CPU check of the script)")
     ap.add_argument("--calls", type=int, default=None, help="timed calls per variant (default 200, tiny 6)")
     ap.add_argument("--rounds", type=int, default=None, help="pipelined rounds (default 20, tiny 2)")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/tensor-parallel-<gpu>-<date>"
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/runs/tensor-parallel-<gpu>-<date>"
                                                 ".json; --tiny: printed only)")
     a = ap.parse_args(argv)
     calls = a.calls or (6 if a.tiny else 200)
@@ -150,7 +150,7 @@ def main(argv=None):
     out = a.out
     if out is None and not a.tiny:
         name = one.device_kind.replace("NVIDIA ", "").replace(" ", "-")
-        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runs",
                            f"tensor-parallel-{name}-{result['date']}.json")
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

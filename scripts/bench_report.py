@@ -3,7 +3,7 @@
 device, date, versions, median time and achieved bandwidth per case, as a fraction of the
 device-to-device copy bandwidth measured in the same run.
 
-    python3 scripts/bench_report.py BENCH_LOG DEVICE_TXT > benchmarks/results/<date>-<gpu>.md
+    python3 scripts/bench_report.py BENCH_LOG DEVICE_TXT > benchmarks/runs/<date>-<gpu>.md
 """
 
 import re

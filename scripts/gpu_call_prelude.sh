@@ -1,4 +1,4 @@
-# Sourced at the top of a GPU call script (`benchmarks/results/<run>/sNNcallK.sh`) on the device
+# Sourced at the top of a GPU call script (`benchmarks/runs/<run>/call<K>.sh`, git-ignored) on the device
 # machine, from the repository root: unpacks what `scripts/stage_gpu.sh` packed, installs the
 # carried wheels (FlashInfer) into /tmp/site, points the Python front ends at the staged library,
 # and defines the helpers every call uses:

@@ -1,5 +1,5 @@
-"""Every public function given bad inputs raises a clear exception (the README's "Reliability"
-table lists them): wrong dtypes, wrong shapes, bad attributes, non-tensor operands, wrong or mixed
+"""Every public function given bad inputs raises a clear exception (docs/reliability.md, "Bad inputs
+from Python", lists them): wrong dtypes, wrong shapes, bad attributes, non-tensor operands, wrong or mixed
 devices; non-contiguous inputs are accepted (torch ops make them contiguous; JAX arrays have no
 strides) and give the contiguous result.
 

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""The performance tables and plots of README.md and docs/performance.md, generated from the result
+files under `benchmarks/results/<kind>/` (kind: h100, h200).
+
+    python3 benchmarks/report.py [--no-plots] [--check]
+
+For every `benchmarks/peers.py` result file of a kind (decode.json, prefill.json, ...) it writes
+the plot beside it (same name, .png; needs matplotlib) and the Markdown table
+(`benchmarks/peers_table.py`) into docs/performance.md, between the markers
+`<!-- report: h100/decode.json -->` and `<!-- /report -->`. For each kind it writes the headline
+table (G1 decode and prefill against FlashInfer) into README.md between
+`<!-- report: headline h100 -->` and `<!-- /report -->`, its plot `<kind>/headline.png`, and
+`<kind>/COMMANDS.md`: for each result file the command that made it, the device, driver,
+versions and date it records, and the commit that recorded it. `--check` rewrites nothing and
+fails when a generated block differs from what the files hold (CI-friendly).
+
+A new result: run the suite on a GPU machine (`benchmarks/peers.py --suite decode --no-jax --out
+benchmarks/runs/<name>.json`; per-run scripts and logs go to the git-ignored `benchmarks/runs/`),
+copy the JSON over `benchmarks/results/<kind>/<suite>.json`, add its entry below if it is new, and
+run this script.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, HERE)
+import peers_table  # noqa: E402
+
+# Every file under benchmarks/results/<kind>/ but COMMANDS.md and the plots: what it is, the
+# commit that recorded it, and (for files without an `argv` of their own) the command that made it.
+# Commands run on the GPU machine from the repository root after `scripts/stage_gpu.sh` (the
+# library and binaries in .gpu/, XLA_GPU_KERNELS_LIB=$PWD/.gpu/libxla_gpu_kernels.so).
+MANIFEST = {
+    "h100": {
+        "decode.json": ("G1 decode against FlashInfer, L2-warm (CUDA-graph replays)", "18060e4", None),
+        "decode-cold-l2.json": ("G1 decode against FlashInfer, every call L2-cold", "b9c45fd", None),
+        "features.json": ("G2-G4 geometries and fp8 KV against FlashInfer", "0014388", None),
+        "uneven.json": ("uneven batches (uniform and Zipf lengths) against FlashInfer", "18060e4", None),
+        "pages.json": ("page sizes 1-256 against FlashInfer", "5f74928", None),
+        "prefill.json": ("G1 prefill, chunked prefill and engine-step mixes against FlashInfer", "11ee810", None),
+        "mixes.json": ("engine-step mixes: ours-auto in two launches (the default when measured) against ours-auto:da3 in one (the default since)",
+                       "11ee810", None),
+        "prefill-g4-d256.json": ("G4 (head_dim 256, soft cap 50, window 4096) prefill against FlashInfer", "bb4f299",
+                                 None),
+        "decode-jax.json": ("decode through jax.jit against JAX's Pallas paged_attention", "e17f5db",
+                            "python3 benchmarks/peers.py --suite decode --only-jax"),
+        "simple-add-vs-xla.json": ("simple_add against jnp.add through jax.jit", "4b2ddd9",
+                                   "python3 benchmarks/simple_add_vs_xla.py"),
+        "tensor-parallel-2gpu.json": ("2-way tensor-parallel decode step against one GPU (two H100s)", "06fd660",
+                                      "python3 benchmarks/tensor_parallel.py"),
+        "sharding-2gpu.log": ("tests/python/test_sharding_gpu.py on two H100s", "1d9b320",
+                              "python3 -m pytest -v -s -m gpu --durations=0 tests/python/test_sharding_gpu.py"),
+        "overhead.json": ("torch and JAX per-call costs (eager, call + sync, command buffers)", "280b8be",
+                          "python3 benchmarks/overhead.py --parts torch,sync"),
+        "step-overhead.json": ("a 32-layer decode step under JAX's command buffers", "9c06ea3",
+                               "python3 benchmarks/overhead.py"),
+        "host-overhead-2026-11-26.log": ("host cost per call (criterion), two runs", "4b2ddd9, dac0211",
+                                         ".gpu/bin/host_overhead --bench --noplot"),
+        "host-overhead-2026-11-27.log": ("host cost per call (criterion), three runs on three machines: a mix in "
+                                         "one launch", "82b218c, 52f87db",
+                                         "run 1: .gpu/bin/host_overhead --bench --noplot 'mix|prefill|floor' (the build's default "
+                                         "then: a mix in two launches), then XGK_RPA_DECODE_APART=3 "
+                                         ".gpu/bin/host_overhead --bench --noplot 'mix' (one launch); run 2: "
+                                         ".gpu/bin/host_overhead --bench --noplot 'floor|mix|prefill'; run 3: "
+                                         ".gpu/bin/host_overhead --bench --noplot "
+                                         "'prepared|floor|ffi_cuda/|encode|validate', twice"),
+        "read-ceiling.json": ("a kernel that only reads: the DRAM's ceiling", "18060e4",
+                              "python3 benchmarks/read_ceiling.py"),
+        "soak.txt": ("100 000 random calls from 8 threads", "eab21f3",
+                     "XGK_SOAK_REPORT=soak.txt .gpu/bin/soak --include-ignored --nocapture"),
+        "sanitizers.md": ("compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the GPU suite",
+                          "aed6d6b", "bash scripts/sanitize.sh"),
+        "criterion.md": ("criterion benches of the kernels", "564735a",
+                         "cargo bench --bench kernels; python3 scripts/bench_report.py BENCH_LOG DEVICE_TXT"),
+    },
+    "h200": {
+        "decode.json": ("G1 decode against FlashInfer, L2-warm (CUDA-graph replays)", "34ebd80", None),
+        "decode-cold-l2.json": ("G1 decode against FlashInfer, every call L2-cold", "6b73627", None),
+        "features.json": ("G2-G4 geometries and fp8 KV against FlashInfer", "34ebd80", None),
+        "uneven.json": ("uneven batches against FlashInfer", "34ebd80", None),
+        "pages.json": ("page sizes 1-256 against FlashInfer", "6b73627", None),
+        "prefill.json": ("G1 prefill, chunked prefill and engine-step mixes against FlashInfer", "d36e99c", None),
+        "read-ceiling.json": ("a kernel that only reads: the DRAM's ceiling", "34ebd80",
+                              "python3 benchmarks/read_ceiling.py"),
+        "simple-add-vs-xla.json": ("simple_add against jnp.add through jax.jit", "d2e064a",
+                                   "python3 benchmarks/simple_add_vs_xla.py"),
+        "host-overhead-merge-mode.log": ("host cost of a split decode call, merge blocks against a merge kernel "
+                                         "(criterion; six runs on two machines)", "783a798",
+                                         "XGK_RPA_MERGE_MODE=4 (default) or 0 .gpu/bin/host_overhead --bench --noplot "
+                                         "decode_1x32k"),
+        "soak.txt": ("60 000 random calls from 8 threads", "72b6041",
+                     "XGK_SOAK_CALLS=60000 XGK_SOAK_REPORT=soak.txt .gpu/bin/soak --include-ignored --nocapture"),
+        "accuracy.md": ("worst absolute error per dtype: GPU kernels against the CPU and JAX's reference", "ac5bd0a",
+                        "the GPU suite and tests/python/test_jax_gpu.py (scripts/gpu_check.sh)"),
+    },
+}
+GPU_NAMES = {"h100": "H100", "h200": "H200"}
+# The headline's decode cells (every cell counts in its geometric mean).
+HEADLINE_DECODE = ["1x2048", "1x32768", "4x8192", "16x2048", "32x4096", "64x8192", "128x2048", "256x8192"]
+
+
+def load(kind: str, name: str) -> dict:
+    with open(os.path.join(RESULTS, kind, name)) as f:
+        return json.load(f)
+
+
+def is_peers(data) -> bool:
+    return isinstance(data, dict) and "cases" in data and "copy_GBps" in data
+
+
+def peers_files(kind: str) -> list:
+    out = []
+    for name in MANIFEST[kind]:
+        if name.endswith(".json") and is_peers(load(kind, name)):
+            out.append(name)
+    return out
+
+
+def command(data: dict, name: str) -> str:
+    argv = list(data.get("argv") or [])
+    if "--out" in argv:
+        i = argv.index("--out")
+        argv[i + 1] = f"benchmarks/runs/{name}"
+    return "python3 benchmarks/peers.py " + " ".join(argv)
+
+
+def commands_md(kind: str) -> str:
+    lines = [f"# Result files: {GPU_NAMES[kind]}", "",
+             "Generated by `python3 benchmarks/report.py` from the files and its manifest. Commands run on the GPU "
+             "machine from the repository root after `scripts/stage_gpu.sh` (library and binaries in `.gpu/`, "
+             "`XLA_GPU_KERNELS_LIB=$PWD/.gpu/libxla_gpu_kernels.so`; FlashInfer 0.6.18.post1 for the peers). "
+             "Each `.png` is drawn by the report script from the `.json` of its name. \"Recorded in\" is the commit "
+             "that added the result to the repository (the build measured is that commit's parent or the commit "
+             "itself); `git log --follow` on the file shows its history.", ""]
+    for name, (what, commit, cmd) in MANIFEST[kind].items():
+        lines.append(f"## {name}")
+        lines.append("")
+        lines.append(f"{what}. Recorded in {commit}.")
+        data = None
+        if name.endswith(".json"):
+            data = load(kind, name)
+        if data is not None and is_peers(data):
+            v = data.get("versions", {})
+            vs = ", ".join(f"{k} {v[k]}" for k in ("torch", "cuda", "jax", "flashinfer") if k in v)
+            lines.append(f"Device {data['gpu']} (name, driver), {data['date']}, copy bandwidth "
+                         f"{data['copy_GBps']:.0f} GB/s; {vs}; {v.get('xla_gpu_kernels', '')}.")
+            lines += ["", "```sh", cmd or command(data, name), "```", ""]
+        else:
+            if isinstance(data, dict):
+                facts = [f"{k} {data[k]}" for k in ("gpu", "device_kind", "date", "jax") if k in data]
+                if facts:
+                    lines.append("Records: " + ", ".join(str(f) for f in facts) + ".")
+            lines += ["", "```sh", cmd, "```", ""]
+    return "\n".join(lines)
+
+
+def ratio_of(case: dict, ours: str = "ours-auto"):
+    res = case["results"].get(ours, {})
+    return res.get("speed_vs_fastest_peer"), res.get("median_us")
+
+
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def headline_rows(kind: str):
+    """(section, case label, ours µs, FlashInfer µs, ratio) rows and the geometric means."""
+    rows, means = [], {}
+    dec = load(kind, "decode.json")
+    pre = load(kind, "prefill.json")
+    for label, data, pick in (("decode", dec, lambda c: any(c["name"].endswith(" " + x) for x in HEADLINE_DECODE)),
+                              ("prefill", pre, lambda c: True)):
+        rs = []
+        for c in data["cases"]:
+            r, ours = ratio_of(c)
+            if r is None:
+                continue
+            rs.append(r)
+            if pick(c):
+                rows.append((label, c["name"].replace("G1 ", ""), ours, ours * r, r,
+                             c["results"]["ours-auto"].get("TFLOPs") if label == "prefill" else None))
+        means[label] = (geomean(rs), min(rs), len(rs), data)
+    return rows, means
+
+
+def headline_md(kind: str) -> str:
+    rows, means = headline_rows(kind)
+    dec = means["decode"][3]
+    pre = means["prefill"][3]
+    out = [f"{dec['gpu_name']}, driver {dec['driver']}; decode {dec['date']}, prefill {pre['date']} "
+           f"(`benchmarks/results/{kind}/decode.json`, `prefill.json`). Median µs; FlashInfer is the shorter of its "
+           "eager time and its profiler kernel time; > 1 means ours is faster.", "",
+           "| case (Llama-3-8B G1, bf16, page 16) | ours µs | FlashInfer µs | ours vs FlashInfer |",
+           "|---|---:|---:|---:|"]
+    for label, name, ours, fi, r, tf in rows:
+        extra = f" ({tf:.0f} TFLOP/s)" if tf else ""
+        out.append(f"| {name} | {ours:.1f}{extra} | {fi:.1f} | {r:.2f}× |")
+    for label in ("decode", "prefill"):
+        g, w, n, _ = means[label]
+        what = "decode" if label == "decode" else "prefill and mixes"
+        out.append(f"| **{what}: geometric mean over {n} cells** (worst) | | | **{g:.2f}×** ({w:.2f}×) |")
+    return "\n".join(out)
+
+
+def plot_peers(data: dict, path: str):
+    """Grouped bars per case: ours and each peer (its kernel time as a second bar): % of copy
+    bandwidth for decode cases, causal TFLOP/s for prefill and mixed batches (as peers.py draws)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def bars(case):
+        out = {}
+        for n, r in case["results"].items():
+            if "median_us" not in r:
+                continue
+            if n in ("flashinfer-all", "flashinfer-split"):
+                continue
+            out[n] = r
+            if not n.startswith("ours") and "kernel_us" in r:
+                f = r["median_us"] / r["kernel_us"]
+                out[f"{n} (kernels)"] = {"median_us": r["kernel_us"], "copy_fraction": r["copy_fraction"] * f,
+                                         "TFLOPs": r["TFLOPs"] * f}
+        return {**case, "results": out}
+
+    cases = [bars(c) for c in data["cases"] if any("median_us" in r for r in c["results"].values())]
+    panels = [(k, [c for c in cases if (peers_table.kind(c) == "decode") == (k == "decode")])
+              for k in ("decode", "prefill")]
+    panels = [(k, cs) for k, cs in panels if cs]
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
+                             figsize=(max(8, max(len(cs) for _, cs in panels) * 0.6), 4.5 * len(panels)))
+    everyone = list(dict.fromkeys(n for c in cases for n in c["results"]))
+    for ax, (kind, cs) in zip(axes[:, 0], panels):
+        names = [n for n in everyone if any(n in c["results"] for c in cs)]
+        width = 0.8 / len(names)
+        for i, n in enumerate(names):
+            ys = [c["results"].get(n, {}).get("copy_fraction" if kind == "decode" else "TFLOPs", 0) *
+                  (100 if kind == "decode" else 1) for c in cs]
+            ax.bar([x + i * width for x in range(len(cs))], ys, width, label=n, color=f"C{everyone.index(n) % 10}")
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cs))])
+        ax.set_xticklabels([c["name"] for c in cs], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("% of copy bandwidth (higher is faster)" if kind == "decode"
+                      else "causal TFLOP/s (higher is faster)")
+        ax.set_title(f"{data['gpu']}, copy {data['copy_GBps']:.0f} GB/s, {data['date']}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_headline(kind: str, path: str):
+    """Ours against FlashInfer per G1 cell (speed ratio), decode and prefill side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 1.2]})
+    for ax, name, title in ((axes[0], "decode.json", "decode"), (axes[1], "prefill.json", "prefill and mixes")):
+        data = load(kind, name)
+        cs = [c for c in data["cases"] if ratio_of(c)[0] is not None]
+        rs = [ratio_of(c)[0] for c in cs]
+        ax.bar(range(len(cs)), rs, color=["C2" if r >= 1 else "C3" for r in rs])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(cs)))
+        ax.set_xticklabels([c["name"].replace("G1 ", "").replace("decode ", "") for c in cs], rotation=60,
+                           ha="right", fontsize=7)
+        ax.set_ylim(min(0.9, min(rs) - 0.02), max(rs) + 0.05)
+        ax.set_ylabel("ours vs FlashInfer (speed, > 1: ours faster)", fontsize=8)
+        ax.set_title(f"{GPU_NAMES[kind]} {title}, {data['date']}\ngeometric mean {geomean(rs):.2f}×", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def replace_blocks(text: str, blocks: dict) -> str:
+    def sub(m):
+        key = m.group(1).strip()
+        if key not in blocks:
+            return m.group(0)
+        return f"<!-- report: {key} -->\n{blocks[key]}\n<!-- /report -->"
+    return re.sub(r"<!-- report: (.*?) -->\n.*?<!-- /report -->", sub, text, flags=re.S)
+
+
+def main():
+    plots = "--no-plots" not in sys.argv[1:]
+    check = "--check" in sys.argv[1:]
+    blocks, outputs = {}, {}
+    for kind in MANIFEST:
+        for name in peers_files(kind):
+            blocks[f"{kind}/{name}"] = peers_table.markdown(load(kind, name))
+            if plots and not check:
+                plot_peers(load(kind, name), os.path.join(RESULTS, kind, name[:-5] + ".png"))
+        blocks[f"headline {kind}"] = headline_md(kind)
+        if plots and not check:
+            plot_headline(kind, os.path.join(RESULTS, kind, "headline.png"))
+        outputs[os.path.join(RESULTS, kind, "COMMANDS.md")] = commands_md(kind) + "\n"
+    for doc in ("README.md", os.path.join("docs", "performance.md")):
+        path = os.path.join(ROOT, doc)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            outputs[path] = replace_blocks(f.read(), blocks)
+    stale = []
+    for path, text in outputs.items():
+        old = open(path).read() if os.path.exists(path) else None
+        if old != text:
+            stale.append(os.path.relpath(path, ROOT))
+            if not check:
+                with open(path, "w") as f:
+                    f.write(text)
+    if check and stale:
+        print("out of date (run python3 benchmarks/report.py):", ", ".join(stale))
+        sys.exit(1)
+    print(("checked" if check else "wrote") + f": {len(outputs)} files, {len(blocks)} tables"
+          + (", plots" if plots and not check else ""))
+
+
+if __name__ == "__main__":
+    main()
