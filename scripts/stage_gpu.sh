@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, everything the GPU machine runs, into the git-ignored .gpu/:
-# the release .so, the GPU test binary and the benchmark binary. The lent GPU machine has no Rust.
-# Also packs them into .carry/gpu.tar.xz for the device tool's `carry` (below).
+# the release .so, the GPU test and soak binaries and the benchmark binaries. The lent GPU
+# machine has no Rust. Packs them into .carry/gpu.tar.xz for the device tool's `carry` (below),
+# and puts the wheel (scripts/build_wheel.sh) beside it: gpu_call_prelude.sh installs every
+# .carry/*.whl into /tmp/site there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu && mkdir -p .gpu/bin
@@ -14,8 +16,10 @@ for target in "--test gpu" "--test soak" "--bench kernels" "--bench host_overhea
   cp "$exe" ".gpu/bin/$(echo $target | awk '{print $2}')"
 done
 # The device machine takes at most 64 MiB of working tree: strip the binaries (each embeds the
-# PTX images, ~17 MB) and pack them (PTX compresses ~15x) into .carry/gpu.tar.xz, the path to
-# `carry`; there, `tar -xJf .carry/gpu.tar.xz` restores .gpu/.
+# PTX images and the cubins, ~50 MB) and pack them (PTX and cubins compress ~13-15x) into
+# .carry/gpu.tar.xz, the path to `carry`; there, `tar -xJf .carry/gpu.tar.xz` restores .gpu/.
 strip .gpu/bin/* .gpu/libxla_gpu_kernels.so
-mkdir -p .carry && tar -cJf .carry/gpu.tar.xz .gpu
+mkdir -p .carry && rm -f .carry/xla_gpu_kernels-*.whl && XZ_OPT=-T2 tar -cJf .carry/gpu.tar.xz .gpu
+XGK_SKIP_SETUP=1 bash scripts/build_wheel.sh >/dev/null
+cp dist/xla_gpu_kernels-*.whl .carry/
 ls -la .gpu .gpu/bin .carry

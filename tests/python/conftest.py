@@ -1,4 +1,5 @@
-"""pytest setup: import the in-tree package; GPU tests are marked `gpu` and deselected in CI
+"""pytest setup: import the in-tree package (or, with XGK_TEST_INSTALLED=1, the installed wheel:
+its own library, no XLA_GPU_KERNELS_LIB); GPU tests are marked `gpu` and deselected in CI
 (`-m "not gpu"`), never silently skipped."""
 
 import os
@@ -6,8 +7,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
+INSTALLED = os.environ.get("XGK_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "examples"))
+if INSTALLED:
+    import xla_gpu_kernels
+
+    assert "XLA_GPU_KERNELS_LIB" not in os.environ, "XGK_TEST_INSTALLED tests the wheel's own library"
+    assert Path(xla_gpu_kernels.__file__).resolve().parent != ROOT / "python" / "xla_gpu_kernels", (
+        "XGK_TEST_INSTALLED=1 but the in-tree package was imported"
+    )
+    print(f"testing the installed package {xla_gpu_kernels.__file__}: {xla_gpu_kernels.version()}")
 
 
 def pytest_configure(config):
