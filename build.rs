@@ -27,9 +27,11 @@
 //! `XGK_CUBIN_ARCHS` that it runs on (sm_90a from the sm_90a image, sm_80/86/89 from the portable
 //! one), all embedded; the runtime loads a cubin where one matches the device, which takes
 //! milliseconds instead of the driver's JIT. The `ptxas` is the pinned one of the
-//! `nvidia-cuda-nvcc-cu12` wheel (12.9: its cubins load on every driver from R525, CUDA 12.0, by
-//! CUDA's minor-version compatibility), found as `XGK_BUILD_PTXAS`, else in the project's `.venv`
-//! (`scripts/setup.sh`), else on PATH.
+//! `nvidia-cuda-nvcc` wheel, 13.0.88: the compiler of the R580 driver's JIT, so the cubins are the
+//! code the JIT makes of the same PTX (measured: the same speed, benchmarks/NOTES.md "v33"), and
+//! every R580 or newer driver loads them (CUDA 13.x); an older driver refuses them and the
+//! runtime JIT-compiles the PTX instead. Found as `XGK_BUILD_PTXAS`, else in the project's
+//! `.venv` (`scripts/setup.sh`), else on PATH.
 //!
 //! Settings (environment variables, each rebuilds when changed):
 //! - `XGK_CUDA_ARCHS`: the images, comma separated, most specific first; default `sm_90a,sm_80`.
@@ -55,9 +57,10 @@ const DEFAULT_ARCH: &str = "sm_80";
 /// The cubins built when `XGK_CUBIN_ARCHS` is unset: the data-centre and workstation GPUs of
 /// compute capability 8.x and Hopper. Others (Blackwell, ...) JIT-compile the portable PTX.
 const DEFAULT_CUBIN_ARCHS: &str = "sm_90a,sm_89,sm_86,sm_80";
-/// The `ptxas` release the cubins are pinned to (`nvidia-cuda-nvcc-cu12`, python/requirements-ci.txt
-/// and pyproject.toml): another one is an error, since the minimum driver follows from it.
-const PINNED_PTXAS: &str = "V12.9.86";
+/// The `ptxas` release the cubins are pinned to (`nvidia-cuda-nvcc`, python/requirements-ci.txt
+/// and pyproject.toml): another one is an error, since the minimum driver and the code follow
+/// from it.
+const PINNED_PTXAS: &str = "V13.0.88";
 
 fn main() {
     if env::var_os(LINKER_MODE_VAR).is_some() {
@@ -163,7 +166,7 @@ fn find_ptxas(manifest_dir: &Path) -> Result<PathBuf, String> {
         let venv = manifest_dir.join(".venv/lib");
         let in_venv = fs::read_dir(&venv).ok().and_then(|dirs| {
             dirs.filter_map(|d| d.ok())
-                .map(|d| d.path().join("site-packages/nvidia/cuda_nvcc/bin/ptxas"))
+                .map(|d| d.path().join("site-packages/nvidia/cu13/bin/ptxas"))
                 .find(|p| p.exists())
         });
         match in_venv {
@@ -173,22 +176,22 @@ fn find_ptxas(manifest_dir: &Path) -> Result<PathBuf, String> {
     };
     let release = ptxas_release(&ptxas).map_err(|e| {
         format!(
-            "{e}\nThe cubins need ptxas {PINNED_PTXAS}: `pip install nvidia-cuda-nvcc-cu12==12.9.86` and set \
-             XGK_BUILD_PTXAS=<site-packages>/nvidia/cuda_nvcc/bin/ptxas (scripts/setup.sh puts it in .venv, \
+            "{e}\nThe cubins need ptxas {PINNED_PTXAS}: `pip install nvidia-cuda-nvcc==13.0.88` and set \
+             XGK_BUILD_PTXAS=<site-packages>/nvidia/cu13/bin/ptxas (scripts/setup.sh puts it in .venv, \
              where the build finds it), or build without native code: XGK_CUBIN_ARCHS= (empty)."
         )
     })?;
     if release != PINNED_PTXAS {
         return Err(format!(
             "{} is ptxas {release}; the cubins are pinned to {PINNED_PTXAS} (the minimum driver follows from it): \
-             `pip install nvidia-cuda-nvcc-cu12==12.9.86` and point XGK_BUILD_PTXAS at its bin/ptxas",
+             `pip install nvidia-cuda-nvcc==13.0.88` and point XGK_BUILD_PTXAS at its nvidia/cu13/bin/ptxas",
             ptxas.display()
         ));
     }
     Ok(ptxas)
 }
 
-/// The release of `ptxas` (`V12.9.86`), from `ptxas --version`.
+/// The release of `ptxas` (`V13.0.88`), from `ptxas --version`.
 fn ptxas_release(ptxas: &Path) -> Result<String, String> {
     let text = command_output(Command::new(ptxas).arg("--version"))
         .map_err(|e| format!("ptxas {} cannot run: {e}", ptxas.display()))?;

@@ -18,12 +18,12 @@ LIBRARY_NAME = "libxla_gpu_kernels.so"
 
 
 def pinned_ptxas() -> str | None:
-    """The ptxas of the ``nvidia-cuda-nvcc-cu12`` build requirement (build.rs checks its release)."""
+    """The ptxas of the ``nvidia-cuda-nvcc`` build requirement (build.rs checks its release)."""
     try:
-        import nvidia.cuda_nvcc  # noqa: PLC0415 (a build requirement, present only while building)
+        import nvidia.cu13  # noqa: PLC0415 (a build requirement, present only while building)
     except ImportError:
         return None
-    for root in nvidia.cuda_nvcc.__path__:
+    for root in nvidia.cu13.__path__:
         candidate = Path(root) / "bin" / "ptxas"
         if candidate.is_file():
             return str(candidate)

@@ -29,7 +29,9 @@ import time
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+# The in-tree package, unless XGK_TEST_INSTALLED=1 asks for the installed wheel.
+if os.environ.get("XGK_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 HQ, HKV, D, PAGE = 32, 8, 128, 16
 CMDBUF_ON = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"

@@ -49,7 +49,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
-sys.path.insert(0, os.path.join(ROOT, "python"))
+# The in-tree package, unless XGK_TEST_INSTALLED=1 asks for the installed wheel.
+if os.environ.get("XGK_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 # JAX must not take most of the GPU's memory for itself: torch allocates the inputs.

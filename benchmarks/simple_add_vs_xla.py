@@ -29,7 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+# The in-tree package, unless XGK_TEST_INSTALLED=1 asks for the installed wheel.
+if os.environ.get("XGK_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import xla_gpu_kernels.jax as xk  # noqa: E402
 
 

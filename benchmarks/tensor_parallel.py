@@ -36,7 +36,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+# The in-tree package, unless XGK_TEST_INSTALLED=1 asks for the installed wheel.
+if os.environ.get("XGK_TEST_INSTALLED") != "1":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import xla_gpu_kernels.jax as xk  # noqa: E402
 import xla_gpu_kernels.sharding as xs  # noqa: E402
 

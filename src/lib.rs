@@ -38,7 +38,7 @@ pub static CUBIN_IMAGES: &[host::runtime::CubinImage] = include!(concat!(env!("O
 pub static KERNELS: KernelModule = KernelModule::new(KernelImages { ptx: PTX_IMAGES, cubins: CUBIN_IMAGES });
 
 /// Library version and kernel images, e.g. `xla-gpu-kernels 0.2.0 (cubin sm_90a, sm_89, sm_86,
-/// sm_80 by ptxas V12.9.86; ptx sm_90a, sm_80)`.
+/// sm_80 by ptxas V13.0.88; ptx sm_90a, sm_80)`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xgk_version() -> *const c_char {
     concat!(

@@ -22,7 +22,8 @@ if __name__ == "__main__":
     if "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=4").strip()
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+    if os.environ.get("XGK_TEST_INSTALLED") != "1":  # else the installed wheel
+        sys.path.insert(0, os.path.join(here, "..", "..", "python"))
     sys.path.insert(0, here)
 
 import argparse  # noqa: E402
