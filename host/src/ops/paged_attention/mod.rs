@@ -7,22 +7,35 @@
 //! dtype, padding rows (past `cu_q_lens[num_seqs]`) zero. Row semantics, masks and the handling of
 //! invalid metadata are in `kernels_gpu::attention`, shared with the GPU kernels.
 
+mod applicability;
 mod cpu;
-mod cuda;
+mod kernel_id;
+mod launch;
+mod params;
+mod pipelined_plan;
+mod plan;
+mod plan_cache;
+mod plan_choice;
 mod plan_rules;
 mod settings;
 
-pub use cpu::run_cpu;
-pub use cuda::{
-    decode_apart_applies, key_rows_applies, kv_tensor_map, launch_cuda, launch_cuda_on_device, launch_cuda_with,
-    pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies,
-    workspace_bytes, workspace_bytes_with, ws_token_tensor_map, DeviceBuffers, Workspace,
+pub use applicability::{
+    key_rows_applies, pipelined_applies, tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies,
 };
+pub use cpu::run_cpu;
+pub use kernel_id::{KernelFamily, KernelId};
+pub use launch::{
+    kv_tensor_map, launch_cuda, launch_cuda_on_device, launch_cuda_with, workspace_bytes, workspace_bytes_with,
+    ws_token_tensor_map, DeviceBuffers, Workspace,
+};
+pub use plan_cache::reload_settings;
+pub use plan_choice::decode_apart_applies;
 pub use plan_rules::{
     choose_splits, choose_splits_by_waves, PipelinedSplits, DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES,
 };
 pub use settings::{
-    KernelChoice, LaunchSettings, CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KERNEL_ENV_VAR, KEY_ROWS_ENV_VAR,
+    ConsumerSchedule, CopyHint, DecodeApartSetting, KernelChoice, KeyRowsSetting, LaunchSettings, MergeSetting,
+    PairSchedule, PipeMode, CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KERNEL_ENV_VAR, KEY_ROWS_ENV_VAR,
     MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR, MIN_SPLIT_TILES_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR,
     PROGRAMMATIC_LAUNCH_ENV_VAR,
 };
