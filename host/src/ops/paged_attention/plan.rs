@@ -174,20 +174,50 @@ impl DirectPlan {
         self.splits > 1 && !self.cluster
     }
 
+    /// How the splits come together: the plan's split count, cluster flag, merge and merge blocks
+    /// read as one choice.
+    pub(super) fn split_merge(&self) -> SplitMerge {
+        if self.cluster {
+            return SplitMerge::Cluster;
+        }
+        if self.splits <= 1 {
+            return SplitMerge::Unsplit;
+        }
+        match self.merge {
+            PartialsMerge::LoopKernel => SplitMerge::LoopKernel,
+            PartialsMerge::GroupKernel => SplitMerge::GroupKernel,
+            PartialsMerge::Blocks => SplitMerge::MergeBlocks { slices: self.merge_blocks },
+        }
+    }
+
     /// The merge kernel that follows the attention kernel, with its dynamic shared memory: the
     /// loop or the group one for q's dtype; none without partials in the workspace or where the
     /// attention kernel merges them itself.
     pub(super) fn merge_kernel(&self, spec: &PagedAttention) -> Option<(KernelId, u32)> {
-        if !self.partials_in_workspace() {
-            return None;
-        }
-        let (family, shared) = match self.merge {
-            PartialsMerge::LoopKernel => (KernelFamily::MergeLoop, 0),
-            PartialsMerge::GroupKernel => (KernelFamily::MergeGroups, rpa_combine_shared_bytes()),
-            PartialsMerge::Blocks => return None,
+        let (family, shared) = match self.split_merge() {
+            SplitMerge::LoopKernel => (KernelFamily::MergeLoop, 0),
+            SplitMerge::GroupKernel => (KernelFamily::MergeGroups, rpa_combine_shared_bytes()),
+            SplitMerge::Unsplit | SplitMerge::Cluster | SplitMerge::MergeBlocks { .. } => return None,
         };
         Some((KernelId::merge(family, spec.q_dtype), shared))
     }
+}
+
+/// How a direct plan's key splits come together ([`DirectPlan::split_merge`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SplitMerge {
+    /// One split: the attention kernel writes the output (one launch).
+    Unsplit,
+    /// The splits of a (row, head chunk) are one thread-block cluster and merge through
+    /// distributed shared memory (one launch, no partials in the workspace).
+    Cluster,
+    /// Partials in the workspace, then the loop merge kernel (two launches).
+    LoopKernel,
+    /// Partials in the workspace, then the group merge kernel (two launches).
+    GroupKernel,
+    /// Partials in the workspace, merged by `slices` slices of merge blocks after the splits in
+    /// the attention kernel's grid (one launch; `RpaParams::merge_blocks`).
+    MergeBlocks { slices: u32 },
 }
 
 /// How a split plan's partials in the workspace are merged ([`MergeSetting`]).
@@ -315,6 +345,49 @@ mod tests {
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::GroupKernel), partials);
         assert_eq!(split_scratch_bytes(&spec, 47, 8, PartialsMerge::Blocks), partials + 4 + 8 * 8);
         assert_eq!(split_scratch_bytes(&spec, 1, 8, PartialsMerge::Blocks), 0);
+    }
+
+    #[test]
+    fn split_merges_read_the_plan_as_the_launches_do() {
+        let spec =
+            super::super::tests::check(&[1, 32, 128], &[2048, 16, 16, 128], DType::BF16, Default::default()).unwrap();
+        let plan = |splits, cluster, merge, merge_blocks| DirectPlan {
+            kernel: KernelId::attention(KernelFamily::Pipelined, &spec),
+            threads: 128,
+            shared_bytes: 0,
+            stages: 2,
+            grid_y: 8,
+            splits,
+            split_len: 64,
+            cluster,
+            merge,
+            merge_blocks,
+            pipe_mode: None,
+        };
+        use PartialsMerge::*;
+        for merge in [LoopKernel, GroupKernel, Blocks] {
+            for splits in [1, 2, 47] {
+                for cluster in [false, true] {
+                    // `plan_launch` gives merge blocks only to split partials in the workspace.
+                    let blocks = if merge == Blocks && splits > 1 && !cluster { 4 } else { 0 };
+                    let p = plan(splits, cluster, merge, blocks);
+                    let m = p.split_merge();
+                    assert_eq!(
+                        matches!(m, SplitMerge::LoopKernel | SplitMerge::GroupKernel | SplitMerge::MergeBlocks { .. }),
+                        p.partials_in_workspace(),
+                        "{p:?}"
+                    );
+                    assert_eq!(matches!(m, SplitMerge::MergeBlocks { slices: 4 }), blocks != 0, "{p:?}");
+                    let kernel = p.merge_kernel(&spec).map(|(k, _)| k.name());
+                    let expected = match merge {
+                        LoopKernel if p.partials_in_workspace() => Some("rpa_combine_bf16"),
+                        GroupKernel if p.partials_in_workspace() => Some("rpa_combine_groups_bf16"),
+                        _ => None,
+                    };
+                    assert_eq!(kernel, expected, "{p:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub fn wide_dram(dram_gbs_per_sm: f64) -> bool {
 }
 
 /// Whether a mix whose decode rows run apart takes one launch by default
-/// (`XGK_RPA_DECODE_APART` unset; `cuda.rs`'s `mix_in_one_launch`): on devices below
+/// (`XGK_RPA_DECODE_APART` unset; `plan_choice.rs`'s `mix_in_one_launch`): on devices below
 /// [`WIDE_DRAM_GBS_PER_SM`] (an H100: the peers' four engine-step mixes 0-9 % faster on the GPU
 /// than in two launches, benchmarks/NOTES.md "v32"). The decode blocks of one launch keep two
 /// stages each, 96 KiB in flight per SM, where the two-launch plan had 128: on an H200, whose

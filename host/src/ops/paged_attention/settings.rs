@@ -1,6 +1,7 @@
 //! The launch settings of paged attention: the environment variables that choose kernels and
 //! plans (benchmarks compare them in one process), their defaults, and [`LaunchSettings`], what
-//! they say once parsed. Read by `cuda.rs`, which caches them per process and reloads them on
+//! they say once parsed, as enums where they choose among ways (`params.rs` turns those into the
+//! kernels' integers). Cached per process by `plan_cache.rs`, which reloads them on
 //! `reload_settings`; the plan rules they feed are in `plan_rules.rs`.
 
 use kernels_gpu::kernels::paged_attention_pipelined::PIPE_MAX_STAGES;
@@ -152,17 +153,17 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 pub const FULL_GRID_SPLITS_ENV_VAR: &str = "XGK_RPA_FULL_GRID_SPLITS";
 
 /// Environment variable choosing how the pipelined kernel's warps share a tile's copies
-/// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
+/// ([`PipeMode`]: `0` a block barrier per tile, `1` per-key-group pipelines); unset or
 /// empty: [`default_pipe_mode`](super::plan_rules::default_pipe_mode) for the launch.
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
-/// Environment variable choosing how split partials in the workspace are merged (splits that run
-/// as a cluster merge in it whatever this says): `0` the merge kernels by split count
-/// (`PartialsMerge::auto` in `cuda.rs`); `1` the loop merge kernel, `2` the group merge kernel; `3` in the
+/// Environment variable choosing how split partials in the workspace are merged ([`MergeSetting`];
+/// splits that run as a cluster merge in it whatever this says): `0` the merge kernels by split count
+/// (`PartialsMerge::auto` in `plan.rs`); `1` the loop merge kernel, `2` the group merge kernel; `3` in the
 /// pipelined kernel's merge blocks, slices of its grid after the splits
 /// (`RpaParams::merge_blocks`; the other kernels take mode 0's merge kernel); `4`
 /// ([`DEFAULT_MERGE_MODE`]) by where the call is enqueued and how long it is: mode 3 for a call
-/// outside stream capture that reads at most [`ONE_LAUNCH_MAX_KV_BYTES`](super::cuda::ONE_LAUNCH_MAX_KV_BYTES) of KV, mode 0 for
+/// outside stream capture that reads at most [`ONE_LAUNCH_MAX_KV_BYTES`](super::plan_choice::ONE_LAUNCH_MAX_KV_BYTES) of KV, mode 0 for
 /// longer calls and for a call captured into a CUDA graph. Tests run every mode.
 ///
 /// Why the default asks: merge blocks make a split call one launch, and a launch is most of a
@@ -185,7 +186,7 @@ pub(super) const DEFAULT_MERGE_MODE: MergeSetting = MergeSetting::ByCapture;
 pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 
 /// Environment variable switching off (`0`) the decode kernel for a mixed batch's decode rows
-/// (`RpaParams::decode_apart`, [`decode_apart_applies`](super::cuda::decode_apart_applies)): with it, Auto runs a call that may mix
+/// ([`DecodeApartSetting`]; `RpaParams::decode_apart`, [`decode_apart_applies`](super::decode_apart_applies)): with it, Auto runs a call that may mix
 /// prefill and decode rows as the tile kernel over the other rows and the pipelined decode kernel
 /// over its one-row sequences; without it, the tile kernel takes every row. With `1` the tile
 /// kernel starts after the decode kernel; with `2` the
@@ -193,7 +194,7 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// plan's state word (published under the call's tag by its own block 0, which waits for the
 /// decode kernel's word that the inputs are written, or with one block per pair by `rpa_plan_ws`)
 /// and for the decode kernel only before its blocks end, so that its blocks take the
-/// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`). With `3`
+/// multiprocessors the decode grid's last wave leaves (`TileLaunches` in `plan.rs`). With `3`
 /// both run in one launch where the decode plan allows it (`mix_in_one_launch`: the key-rows
 /// twin with no splits, head dims 64 and 128, persistent tile blocks), three decode blocks to a
 /// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`

@@ -4,7 +4,7 @@
 use kernels_gpu::attention::RpaParams;
 
 use super::super::params::{apart_decode_params, direct_params};
-use super::super::plan::{DecodeApart, DirectPlan};
+use super::super::plan::{DecodeApart, DirectPlan, SplitMerge};
 use super::super::plan_cache::{settings, ResolvedPlan};
 use super::super::settings::LaunchSettings;
 use super::super::PagedAttention;
@@ -29,7 +29,8 @@ pub(super) unsafe fn launch_direct(
     let settings = settings()?;
     let mut params = direct_params(spec, &l, &settings);
     let merge_kernel = l.merge_kernel(spec);
-    if l.merge_blocks != 0 {
+    if let SplitMerge::MergeBlocks { .. } = l.split_merge() {
+        // The merge blocks' counters in the workspace, under this launch's tag.
         params.launch_tag = next_launch_tag();
     }
     let (part_o, part_lse) = if l.partials_in_workspace() {

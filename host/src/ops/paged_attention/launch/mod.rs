@@ -10,7 +10,7 @@ pub use tensor_maps::{kv_tensor_map, ws_token_tensor_map};
 
 use std::ffi::c_void;
 
-use super::plan::LaunchPlan;
+use super::plan::{LaunchPlan, SplitMerge};
 use super::plan_cache::{cached_plan, settings};
 use super::settings::{KernelChoice, MergeSetting};
 use super::PagedAttention;
@@ -89,11 +89,12 @@ pub fn workspace_bytes_with(
 }
 
 /// Whether a call whose plan outside stream capture is `direct` takes another plan under capture:
-/// the default merge of split partials ([`MergeSetting::ByCapture`]) where the direct plan merges them in
-/// merge blocks.
+/// the default merge of split partials ([`MergeSetting::ByCapture`]) where the direct plan merges
+/// them in merge blocks.
 fn plan_asks_for_capture(direct: &LaunchPlan) -> Result<bool> {
-    Ok(matches!(direct, LaunchPlan::Direct(d) if d.merge_blocks != 0)
-        && settings()?.merge_mode == MergeSetting::ByCapture)
+    let merge_blocks =
+        matches!(direct, LaunchPlan::Direct(d) if matches!(d.split_merge(), SplitMerge::MergeBlocks { .. }));
+    Ok(merge_blocks && settings()?.merge_mode == MergeSetting::ByCapture)
 }
 
 /// Enqueues the op on `stream` (one kernel, or two with a split-KV merge or the tiled plan); on
