@@ -2,20 +2,95 @@
 //! resident blocks (`plan_rules.rs`), merged in clusters where every cluster runs at once.
 
 use kernels_gpu::kernels::paged_attention::MAX_CLUSTER_SPLITS;
-use kernels_gpu::kernels::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_stage_bytes, PIPE_MAX_STAGES};
+use kernels_gpu::kernels::paged_attention_pipelined::{
+    pipelined_shared_bytes, pipelined_stage_bytes, pipelined_tile_keys, PIPE_MAX_STAGES,
+};
 
 use super::kernel_id::KernelId;
 use super::plan_rules::*;
 use super::settings::LaunchSettings;
+use super::PagedAttention;
 use crate::error::Result;
 use crate::runtime::ContextModule;
+
+/// What the pipelined kernel's plan settles on: its stage count and shared memory, its key
+/// splits, and the waves of resident blocks the grid takes with the first stage count tried.
+pub(super) struct PipelinedPlan {
+    pub stages: u32,
+    pub shared_bytes: u32,
+    pub splits: PipelinedSplits,
+    pub waves: u64,
+}
+
+/// The pipelined kernel's key splits for its block (`threads`, and `stages` giving
+/// `shared_bytes`: the shape's or [`PIPE_STAGES_ENV_VAR`](super::PIPE_STAGES_ENV_VAR)'s), then the
+/// rules that trade stages for splits: whole rows where the unsplit 16-bit grid fills the device
+/// in one wave ([`unsplit_grid_fills_device`], [`whole_rows_pay`]), two stages for long 16-bit
+/// grids ([`long_grid_takes_two_stages`]), [`FP8_WHOLE_ROW_STAGES`] for fp8 rows that stay whole.
+/// `fp8_key_rows`: the fp8 key-rows kernel by [`fp8_key_rows_pay`], planned for at most
+/// [`FP8_KEY_ROWS_PLAN_BLOCKS`] blocks per SM.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn plan_pipelined(
+    module: &ContextModule,
+    spec: &PagedAttention,
+    settings: &LaunchSettings,
+    kernel: KernelId,
+    (threads, stages, shared_bytes): (u32, u32, u32),
+    fp8_key_rows: bool,
+    blocks_per_split: u64,
+    max_keys: u32,
+) -> Result<PipelinedPlan> {
+    let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
+    let (mut stages, mut shared_bytes) = (stages, shared_bytes);
+    let cap = fp8_key_rows.then_some(FP8_KEY_ROWS_PLAN_BLOCKS);
+    let split_plan = |shared_bytes| {
+        plan_pipelined_splits(module, settings, kernel, threads, shared_bytes, cap, blocks_per_split, max_keys)
+    };
+    let (mut s, waves) = split_plan(shared_bytes)?;
+    if kv_bytes == 2
+        && !settings.full_grid_splits
+        && s.splits > 1
+        && waves == 1
+        && unsplit_grid_fills_device(blocks_per_split, module.multiprocessors)
+        && whole_rows_pay(module.dram_gbs_per_multiprocessor, max_keys)
+    {
+        // The unsplit grid is smaller than the split one: one wave still.
+        s = whole_rows(max_keys);
+    }
+    if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
+        let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
+        if module.resident_blocks(kernel.name(), threads, two)?
+            > module.resident_blocks(kernel.name(), threads, shared_bytes)?
+        {
+            // At the residency the split model plans with, so that `XGK_RPA_PLAN_BLOCKS`
+            // moves this rule too.
+            let slots = planned_slots(module, settings, kernel, threads, two, cap)?;
+            let s2 =
+                if unsplit_grid_is_long(blocks_per_split, slots) { whole_rows(max_keys) } else { split_plan(two)?.0 };
+            if long_grid_takes_two_stages(s.splits, waves, s2.splits) {
+                (stages, shared_bytes, s) = (2, two, s2);
+            }
+        }
+    }
+    if settings.pipe_stages == 0 && kv_bytes == 1 {
+        let tile_keys = pipelined_tile_keys(spec.head_dim);
+        let deep = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, FP8_WHOLE_ROW_STAGES);
+        if deep <= module.max_shared_bytes_per_block {
+            let (s_deep, waves_deep) = split_plan(deep)?;
+            if s_deep.splits == 1 && waves_deep <= FP8_WHOLE_ROW_MAX_WAVES {
+                (stages, shared_bytes, s) = (FP8_WHOLE_ROW_STAGES, deep, s_deep);
+            }
+        }
+    }
+    Ok(PipelinedPlan { stages, shared_bytes, splits: s, waves })
+}
 
 /// The pipelined kernel's key splits for its block (`threads`, `shared_bytes`), and the waves of
 /// resident blocks the grid then takes: the split model over the device's resident blocks (at
 /// most `cap` per SM, or [`PLAN_BLOCKS_ENV_VAR`](super::settings::PLAN_BLOCKS_ENV_VAR)'s), merged in clusters where the model prefers
 /// it and every cluster of the grid runs at once.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn plan_pipelined_splits(
+fn plan_pipelined_splits(
     module: &ContextModule,
     settings: &LaunchSettings,
     kernel: KernelId,
@@ -53,7 +128,7 @@ pub(super) fn plan_pipelined_splits(
 /// split model plans with: the device's residency (at most `cap` per SM: the fp8 key-rows
 /// kernel's [`FP8_KEY_ROWS_PLAN_BLOCKS`] where [`fp8_key_rows_pay`] chose it), or
 /// [`PLAN_BLOCKS_ENV_VAR`](super::settings::PLAN_BLOCKS_ENV_VAR)'s per SM when set.
-pub(super) fn planned_slots(
+fn planned_slots(
     module: &ContextModule,
     settings: &LaunchSettings,
     kernel: KernelId,

@@ -14,7 +14,7 @@ use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_plans_itself, ws_shared_
 
 use super::applicability::*;
 use super::kernel_id::{KernelFamily, KernelId};
-use super::pipelined_plan::{choose_pipe_stages, plan_pipelined_splits, planned_slots};
+use super::pipelined_plan::{choose_pipe_stages, plan_pipelined};
 use super::plan::*;
 use super::plan_cache::settings;
 use super::plan_rules::*;
@@ -145,15 +145,6 @@ pub(super) fn plan_launch(
     by_sequence: bool,
     captured: bool,
 ) -> Result<LaunchPlan> {
-    // The pipelined kernel on a grid of sequences ([`plan_apart_decode`]): its own kernel, planned
-    // with its own occupancy.
-    let kernel_id = |kernel: KernelChoice| {
-        let id = attention_kernel(module, spec, kernel);
-        match id.family.by_sequence() {
-            Some(twin) if by_sequence && kernel == KernelChoice::Pipelined => id.with_family(twin),
-            _ => id,
-        }
-    };
     let cc = module.compute_capability;
     let mut kernel = resolve_kernel(spec, cc, choice)?;
     let apart = choice == KernelChoice::Auto && decode_apart_applies(module, spec)?;
@@ -177,40 +168,7 @@ pub(super) fn plan_launch(
         );
     }
     if matches!(kernel, KernelChoice::Tiled | KernelChoice::TiledWgmma | KernelChoice::TiledWarpSpecialized) {
-        let group = spec.group();
-        let ws = kernel == KernelChoice::TiledWarpSpecialized;
-        let rows = if ws { ws_tile_rows(group) } else { tile_rows(group) };
-        let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
-        ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
-        ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
-        let (threads, shared_bytes) = match kernel {
-            KernelChoice::TiledWgmma => (TILE_THREADS, tiled_wgmma_shared_bytes(spec.head_dim)),
-            KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim)),
-            _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
-        };
-        let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };
-        let settings = settings()?;
-        let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(module, spec, &d, &settings));
-        let tile_kernel = kernel_id(kernel);
-        let can_plan_itself = ws && ws_plans_itself(spec.head_dim);
-        let persistent = settings.pair_schedule.persistent();
-        let plan = LaunchPlan::Tiled(TiledPlan {
-            // The mix kernel is the warp-specialized tile kernel with the decode blocks in its grid.
-            kernel: if one_launch { tile_kernel.with_family(KernelFamily::Mix) } else { tile_kernel },
-            rows,
-            capacity,
-            threads,
-            shared_bytes,
-            warp_specialized: ws,
-            decode,
-            launches: TileLaunches::choose(
-                can_plan_itself,
-                decode.is_some(),
-                one_launch,
-                persistent,
-                settings.decode_apart,
-            ),
-        });
+        let plan = plan_tiled(module, spec, kernel, apart)?;
         match limit {
             Some(bytes) if plan.scratch_bytes(spec) > bytes => {
                 ensure!(
@@ -225,6 +183,66 @@ pub(super) fn plan_launch(
             _ => return Ok(plan),
         }
     }
+    plan_direct(module, spec, kernel, limit, by_sequence, captured)
+}
+
+/// The tile kernel's plan (`kernel`: one of the tile kernels, checked to apply), with the decode
+/// kernel's where the call's decode rows run `apart`.
+fn plan_tiled(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoice, apart: bool) -> Result<LaunchPlan> {
+    let group = spec.group();
+    let ws = kernel == KernelChoice::TiledWarpSpecialized;
+    let rows = if ws { ws_tile_rows(group) } else { tile_rows(group) };
+    let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
+    ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
+    ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
+    let (threads, shared_bytes) = match kernel {
+        KernelChoice::TiledWgmma => (TILE_THREADS, tiled_wgmma_shared_bytes(spec.head_dim)),
+        KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim)),
+        _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
+    };
+    let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };
+    let settings = settings()?;
+    let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(module, spec, &d, &settings));
+    let tile_kernel = attention_kernel(module, spec, kernel);
+    let can_plan_itself = ws && ws_plans_itself(spec.head_dim);
+    let persistent = settings.pair_schedule.persistent();
+    Ok(LaunchPlan::Tiled(TiledPlan {
+        // The mix kernel is the warp-specialized tile kernel with the decode blocks in its grid.
+        kernel: if one_launch { tile_kernel.with_family(KernelFamily::Mix) } else { tile_kernel },
+        rows,
+        capacity,
+        threads,
+        shared_bytes,
+        warp_specialized: ws,
+        decode,
+        launches: TileLaunches::choose(
+            can_plan_itself,
+            decode.is_some(),
+            one_launch,
+            persistent,
+            settings.decode_apart,
+        ),
+    }))
+}
+
+/// The direct plan of `kernel` (general, tensor-core or pipelined, checked to apply): one block per
+/// (row, head chunk, split), the splits and their merge. `by_sequence`: the pipelined kernel's twin
+/// on a grid of sequences ([`plan_apart_decode`]), its own kernel, planned with its own occupancy.
+fn plan_direct(
+    module: &ContextModule,
+    spec: &PagedAttention,
+    kernel: KernelChoice,
+    limit: Option<usize>,
+    by_sequence: bool,
+    captured: bool,
+) -> Result<LaunchPlan> {
+    let kernel_id = {
+        let id = attention_kernel(module, spec, kernel);
+        match id.family.by_sequence() {
+            Some(twin) if by_sequence && kernel == KernelChoice::Pipelined => id.with_family(twin),
+            _ => id,
+        }
+    };
     let group = spec.group();
     let kv_bytes = spec.kv_dtype.size_bytes().expect("validated KV dtype") as u32;
     let (heads_per_block, threads, mut shared_bytes, mut stages) = match kernel {
@@ -233,7 +251,7 @@ pub(super) fn plan_launch(
             let tile_keys = pipelined_tile_keys(spec.head_dim);
             let threads = pipelined_threads(tile_keys, pipelined_dim_split(spec.head_dim));
             let stages = match settings.pipe_stages {
-                0 => choose_pipe_stages(module, kernel_id(kernel), threads, spec.head_dim, kv_bytes, tile_keys)?,
+                0 => choose_pipe_stages(module, kernel_id, threads, spec.head_dim, kv_bytes, tile_keys)?,
                 n => n,
             };
             let shared_bytes = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, stages);
@@ -255,63 +273,20 @@ pub(super) fn plan_launch(
     let max_keys = spec.max_visited_keys();
     let mut waves = 0;
     let (mut splits, mut split_len, cluster) = if kernel == KernelChoice::Pipelined {
-        let pipelined_kernel = kernel_id(kernel);
         let settings = settings()?;
         let fp8_key_rows = kv_bytes == 1 && settings.key_rows.is_none() && key_rows_taken(module, spec)?;
-        let cap = fp8_key_rows.then_some(FP8_KEY_ROWS_PLAN_BLOCKS);
-        let split_plan = |shared_bytes| {
-            plan_pipelined_splits(
-                module,
-                &settings,
-                pipelined_kernel,
-                threads,
-                shared_bytes,
-                cap,
-                blocks_per_split,
-                max_keys,
-            )
-        };
-        let mut s;
-        (s, waves) = split_plan(shared_bytes)?;
-        if kv_bytes == 2
-            && !settings.full_grid_splits
-            && s.splits > 1
-            && waves == 1
-            && unsplit_grid_fills_device(blocks_per_split, module.multiprocessors)
-            && whole_rows_pay(module.dram_gbs_per_multiprocessor, max_keys)
-        {
-            // The unsplit grid is smaller than the split one: one wave still.
-            s = whole_rows(max_keys);
-        }
-        if settings.pipe_stages == 0 && kv_bytes == 2 && stages > 2 && waves >= LONG_GRID_WAVES {
-            let two = pipelined_shared_bytes(spec.head_dim, kv_bytes, pipelined_tile_keys(spec.head_dim), 2);
-            if module.resident_blocks(pipelined_kernel.name(), threads, two)?
-                > module.resident_blocks(pipelined_kernel.name(), threads, shared_bytes)?
-            {
-                // At the residency the split model plans with, so that `XGK_RPA_PLAN_BLOCKS`
-                // moves this rule too.
-                let slots = planned_slots(module, &settings, pipelined_kernel, threads, two, cap)?;
-                let s2 = if unsplit_grid_is_long(blocks_per_split, slots) {
-                    whole_rows(max_keys)
-                } else {
-                    split_plan(two)?.0
-                };
-                if long_grid_takes_two_stages(s.splits, waves, s2.splits) {
-                    (stages, shared_bytes, s) = (2, two, s2);
-                }
-            }
-        }
-        if settings.pipe_stages == 0 && kv_bytes == 1 {
-            let tile_keys = pipelined_tile_keys(spec.head_dim);
-            let deep = pipelined_shared_bytes(spec.head_dim, kv_bytes, tile_keys, FP8_WHOLE_ROW_STAGES);
-            if deep <= module.max_shared_bytes_per_block {
-                let (s_deep, waves_deep) = split_plan(deep)?;
-                if s_deep.splits == 1 && waves_deep <= FP8_WHOLE_ROW_MAX_WAVES {
-                    (stages, shared_bytes, s) = (FP8_WHOLE_ROW_STAGES, deep, s_deep);
-                }
-            }
-        }
-        (s.splits, s.split_len, s.cluster)
+        let p = plan_pipelined(
+            module,
+            spec,
+            &settings,
+            kernel_id,
+            (threads, stages, shared_bytes),
+            fp8_key_rows,
+            blocks_per_split,
+            max_keys,
+        )?;
+        (stages, shared_bytes, waves) = (p.stages, p.shared_bytes, p.waves);
+        (p.splits.splits, p.splits.split_len, p.splits.cluster)
     } else {
         let (splits, split_len) = choose_splits(blocks_per_split, max_keys, module.multiprocessors);
         (splits, split_len, false)
@@ -355,7 +330,7 @@ pub(super) fn plan_launch(
         "{splits} key splits and {merge_blocks} merge blocks exceed the grid limit"
     );
     Ok(LaunchPlan::Direct(DirectPlan {
-        kernel: kernel_id(kernel),
+        kernel: kernel_id,
         threads,
         shared_bytes,
         stages,
