@@ -86,7 +86,7 @@ pub(super) fn tile_params(
     params.plan_capacity = t.capacity as u32;
     if t.warp_specialized {
         params.consumer_schedule = consumer_schedule_param(settings.consumer_schedule);
-        params.dynamic_pairs = dynamic_pairs_param(settings.pair_schedule);
+        params.dynamic_pairs = dynamic_pairs_param(t.pair_schedule);
     }
     params.decode_apart = decode_apart_param(t.launches.decode_apart());
     params.launch_tag = launch_tag;

@@ -7,7 +7,7 @@ use kernels_gpu::kernels::paged_attention_tiled::{plan_bytes, PLAN_SHARED_BYTES}
 use kernels_gpu::kernels::paged_attention_tiled_ws::ws_scratch_bytes;
 
 use super::kernel_id::{KernelFamily, KernelId};
-use super::settings::{DecodeApartSetting, MergeSetting, PipeMode};
+use super::settings::{DecodeApartSetting, MergeSetting, PairSchedule, PipeMode};
 use super::PagedAttention;
 
 /// One call's launch, decided from static shapes and the device (never from device data).
@@ -133,6 +133,10 @@ pub(super) struct TiledPlan {
     /// The pipelined kernel over the batch's decode sequences, which the plan then leaves out
     /// (`RpaParams::decode_apart`): its splits merge in clusters or not at all (no scratch).
     pub decode: Option<DirectPlan>,
+    /// How the warp-specialized kernel's blocks take their (item, KV head) pairs: persistent or
+    /// not, which the launches depend on (a kernel that plans itself needs its blocks resident).
+    /// Fixed with the plan, so that the grid and the launches agree.
+    pub pair_schedule: PairSchedule,
     /// The launches, and who builds the plan.
     pub launches: TileLaunches,
 }

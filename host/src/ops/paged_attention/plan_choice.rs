@@ -205,7 +205,6 @@ fn plan_tiled(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoic
     let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(module, spec, &d, &settings));
     let tile_kernel = attention_kernel(module, spec, kernel);
     let can_plan_itself = ws && ws_plans_itself(spec.head_dim);
-    let persistent = settings.pair_schedule.persistent();
     Ok(LaunchPlan::Tiled(TiledPlan {
         // The mix kernel is the warp-specialized tile kernel with the decode blocks in its grid.
         kernel: if one_launch { tile_kernel.with_family(KernelFamily::Mix) } else { tile_kernel },
@@ -215,11 +214,12 @@ fn plan_tiled(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoic
         shared_bytes,
         warp_specialized: ws,
         decode,
+        pair_schedule: settings.pair_schedule,
         launches: TileLaunches::choose(
             can_plan_itself,
             decode.is_some(),
             one_launch,
-            persistent,
+            settings.pair_schedule.persistent(),
             settings.decode_apart,
         ),
     }))

@@ -41,7 +41,7 @@ pub(super) unsafe fn launch_tiled(
     resolved: &ResolvedPlan,
 ) -> Result<()> {
     let settings = settings()?;
-    let grid = tile_grid(module, spec, &t, settings.pair_schedule.persistent());
+    let grid = tile_grid(module, spec, &t, t.pair_schedule.persistent());
     // Tags the plan's state word in the workspace (`plan_or_wait`: published by the kernel's
     // block 0 or the plan kernel) and, with decode rows apart where the kernel plans itself, the
     // decode kernel's inputs word.
