@@ -6,6 +6,21 @@
 //! `cu_q_lens [max_num_seqs + 1]`, `num_seqs [1]` (int32, on the device). Output: `q.shape`, q's
 //! dtype, padding rows (past `cu_q_lens[num_seqs]`) zero. Row semantics, masks and the handling of
 //! invalid metadata are in `kernels_gpu::attention`, shared with the GPU kernels.
+//!
+//! The CUDA path, one concern a file, in the order a call meets them:
+//! - `settings.rs`: the environment variables, parsed into [`LaunchSettings`] (enums where they
+//!   choose among ways);
+//! - `plan_cache.rs`: the process's settings and the plans made under them, cached per shape;
+//! - `applicability.rs`: which kernels cover a problem, the kernel a [`KernelChoice`] resolves to;
+//! - `plan_choice.rs`: the launch plan (tiled or direct) from the settings, shapes and device,
+//!   with `plan_rules.rs` (the measured rules, pure functions) and `pipelined_plan.rs` (the
+//!   pipelined kernel's stages and splits);
+//! - `plan.rs`: what a plan is: its kernels ([`KernelId`], named in `kernel_id.rs`), its launches
+//!   (`TileLaunches`), how splits merge (`SplitMerge`), its workspace;
+//! - `params.rs`: the kernels' `RpaParams` from a plan, where the enums become the integers;
+//! - `launch/`: the buffers and workspace (`mod.rs`), the direct kernels and the decode kernel
+//!   (`direct.rs`), the merge kernels (`merge.rs`), the plan and tile kernels (`tiled.rs`), the
+//!   mix kernel's decode blocks (`mix.rs`), the tensor maps (`tensor_maps.rs`).
 
 mod applicability;
 mod cpu;

@@ -1,8 +1,9 @@
 //! The launch of ragged paged attention on CUDA: the call's buffers and workspace, the plan
-//! lookup, and the kernels each plan enqueues (`direct.rs`, `merge.rs`, `tiled.rs`).
+//! lookup, and the kernels each plan enqueues (`direct.rs`, `merge.rs`, `tiled.rs`, `mix.rs`).
 
 mod direct;
 mod merge;
+mod mix;
 mod tensor_maps;
 mod tiled;
 

@@ -1,15 +1,15 @@
 //! The tiled plans' launches: the plan kernel where it builds the plan, the decode kernel where a
 //! mixed batch's decode rows run apart, the tile kernel (or the mix kernel, both in one grid).
 
-use kernels_gpu::kernels::paged_attention_mix::{mix_decode_blocks, MIX_DECODE_STAGES};
 use kernels_gpu::kernels::paged_attention_tiled::{PLAN_SHARED_BYTES, PLAN_THREADS};
 use kernels_gpu::tma::TensorMapImage;
 
-use super::super::params::{apart_decode_params, tile_params};
+use super::super::params::tile_params;
 use super::super::plan::{DecodeApart, TileLaunches, TiledPlan};
 use super::super::plan_cache::{settings, ResolvedPlan};
 use super::super::PagedAttention;
 use super::direct::launch_apart_decode;
+use super::mix::mix_decode_arguments;
 use super::tensor_maps::{kv_tensor_map, ws_token_tensor_map};
 use super::{next_launch_tag, push_inputs, DeviceBuffers};
 use crate::error::Result;
@@ -76,11 +76,9 @@ pub(super) unsafe fn launch_tiled(
     let decode_apart = t.launches.decode_apart();
     match (t.decode, t.launches) {
         (Some(decode), TileLaunches::Mix) => {
-            // The decode blocks' parameters and count follow the tile blocks' parameters
-            // (`paged_attention_mix`); their blocks come first in the grid.
-            let mut decode_params = apart_decode_params(spec, &decode, &settings, decode_apart, launch_tag);
-            decode_params.pipe_stages = MIX_DECODE_STAGES;
-            let decode_blocks = mix_decode_blocks(spec.max_num_seqs, spec.num_q_heads, spec.num_kv_heads);
+            // The decode blocks' parameters and count follow the tile blocks' parameters; their
+            // blocks come first in the grid.
+            let (decode_params, decode_blocks) = mix_decode_arguments(spec, &decode, &settings, launch_tag);
             args.push(decode_params).push(decode_blocks);
             grid_x += decode_blocks;
         }
