@@ -459,4 +459,24 @@ mod tests {
         }
         std::env::remove_var(var);
     }
+
+    #[test]
+    fn choices_are_the_indices_of_their_options() {
+        // A variable of this test's own, as above.
+        let var = "XGK_TEST_CHOICE_FROM_ENV";
+        let options = [MergeSetting::BySplitCount, MergeSetting::LoopKernel, MergeSetting::ByCapture];
+        std::env::remove_var(var);
+        assert_eq!(choice_from_env(var, MergeSetting::ByCapture, &options).unwrap(), MergeSetting::ByCapture);
+        assert_eq!(optional_choice_from_env(var, &options).unwrap(), None);
+        for (n, option) in options.iter().enumerate() {
+            std::env::set_var(var, n.to_string());
+            assert_eq!(choice_from_env(var, MergeSetting::ByCapture, &options).unwrap(), *option);
+            assert_eq!(optional_choice_from_env(var, &options).unwrap(), Some(*option));
+        }
+        std::env::set_var(var, "3");
+        let err = choice_from_env(var, MergeSetting::ByCapture, &options).unwrap_err().to_string();
+        assert!(err.contains("expected a whole number from 0 to 2"), "{err}");
+        assert!(optional_choice_from_env(var, &options).is_err());
+        std::env::remove_var(var);
+    }
 }
