@@ -6,23 +6,51 @@
 //! `cu_q_lens [max_num_seqs + 1]`, `num_seqs [1]` (int32, on the device). Output: `q.shape`, q's
 //! dtype, padding rows (past `cu_q_lens[num_seqs]`) zero. Row semantics, masks and the handling of
 //! invalid metadata are in `kernels_gpu::attention`, shared with the GPU kernels.
+//!
+//! The CUDA path, one concern a file, in the order a call meets them:
+//! - `settings.rs`: the environment variables, parsed into [`LaunchSettings`] (enums where they
+//!   choose among ways);
+//! - `plan_cache.rs`: the process's settings and the plans made under them, cached per shape;
+//! - `applicability.rs`: which kernels cover a problem, the kernel a [`KernelChoice`] resolves to;
+//! - `plan_choice.rs`: the launch plan (tiled or direct) from the settings, shapes and device,
+//!   with `plan_rules.rs` (the measured rules, pure functions) and `pipelined_plan.rs` (the
+//!   pipelined kernel's stages and splits);
+//! - `plan.rs`: what a plan is: its kernels ([`KernelId`], named in `kernel_id.rs`), its launches
+//!   (`TileLaunches`), how splits merge (`SplitMerge`), its workspace;
+//! - `params.rs`: the kernels' `RpaParams` from a plan, where the enums become the integers;
+//! - `launch/`: the buffers and workspace (`mod.rs`), the direct kernels and the decode kernel
+//!   (`direct.rs`), the merge kernels (`merge.rs`), the plan and tile kernels (`tiled.rs`), the
+//!   mix kernel's decode blocks (`mix.rs`), the tensor maps (`tensor_maps.rs`).
 
+mod applicability;
 mod cpu;
-mod cuda;
+mod kernel_id;
+mod launch;
+mod params;
+mod pipelined_plan;
+mod plan;
+mod plan_cache;
+mod plan_choice;
 mod plan_rules;
 mod settings;
 
-pub use cpu::run_cpu;
-pub use cuda::{
-    decode_apart_applies, key_rows_applies, kv_tensor_map, launch_cuda, launch_cuda_on_device, launch_cuda_with,
-    pipelined_applies, reload_settings, tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies,
-    workspace_bytes, workspace_bytes_with, ws_token_tensor_map, DeviceBuffers, Workspace,
+pub use applicability::{
+    key_rows_applies, pipelined_applies, tensor_core_applies, tiled_applies, tiled_preferred, tiled_ws_applies,
 };
+pub use cpu::run_cpu;
+pub use kernel_id::{KernelFamily, KernelId};
+pub use launch::{
+    kv_tensor_map, launch_cuda, launch_cuda_on_device, launch_cuda_with, workspace_bytes, workspace_bytes_with,
+    ws_token_tensor_map, DeviceBuffers, Workspace,
+};
+pub use plan_cache::reload_settings;
+pub use plan_choice::decode_apart_applies;
 pub use plan_rules::{
     choose_splits, choose_splits_by_waves, PipelinedSplits, DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES,
 };
 pub use settings::{
-    KernelChoice, LaunchSettings, CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KERNEL_ENV_VAR, KEY_ROWS_ENV_VAR,
+    ConsumerSchedule, CopyHint, DecodeApartSetting, KernelChoice, KeyRowsSetting, LaunchSettings, MergeSetting,
+    PairSchedule, PipeMode, CLUSTER_MERGE_ENV_VAR, DECODE_APART_ENV_VAR, KERNEL_ENV_VAR, KEY_ROWS_ENV_VAR,
     MERGE_COST_KEYS_ENV_VAR, MERGE_MODE_ENV_VAR, MIN_SPLIT_TILES_ENV_VAR, PIPE_MODE_ENV_VAR, PIPE_STAGES_ENV_VAR,
     PROGRAMMATIC_LAUNCH_ENV_VAR,
 };

@@ -9,6 +9,8 @@
 use kernels_gpu::kernels::paged_attention::RPA_WARPS;
 use kernels_gpu::kernels::paged_attention_pipelined::PIPE_TILE_KEYS;
 
+use super::settings::PipeMode;
+
 /// Fewest keys a split should hold: below this the merge costs more than the parallelism gains.
 const MIN_KEYS_PER_SPLIT: u32 = 128;
 /// Upper bound on splits (bounds the scratch buffer).
@@ -110,8 +112,8 @@ pub fn choose_splits_by_waves(
 /// for having more, shorter splits.
 const SPLIT_COST_SLACK_PERCENT: u64 = 1;
 
-/// The pipelined kernel's pipe mode for a launch unless [`PIPE_MODE_ENV_VAR`] says otherwise:
-/// per-key-group pipelines (1), but a block barrier per tile (0) for the key-rows kernels on
+/// The pipelined kernel's pipe mode for a launch unless [`PIPE_MODE_ENV_VAR`](super::PIPE_MODE_ENV_VAR) says otherwise:
+/// per-key-group pipelines, but a block barrier per tile for the key-rows kernels on
 /// 16-bit KV with three stages or more, splits of 1024 keys or more and a grid of at most two
 /// waves, with pages of at least 8 tokens on a device of at least
 /// [`WIDE_DRAM_GBS_PER_SM`] of DRAM bandwidth per SM (`dram_gbs_per_sm`, an H200),
@@ -134,13 +136,13 @@ pub fn default_pipe_mode(
     waves: u64,
     page_size: u32,
     dram_gbs_per_sm: f64,
-) -> u32 {
+) -> PipeMode {
     let long_rows = key_rows && kv_bytes == 2 && stages >= 3 && split_len >= 1024 && waves <= 2;
     let pages = if wide_dram(dram_gbs_per_sm) { page_size >= 8 } else { (8..16).contains(&page_size) };
     if long_rows && pages {
-        0
+        PipeMode::BlockBarrier
     } else {
-        1
+        PipeMode::KeyGroupPipelines
     }
 }
 
@@ -159,7 +161,7 @@ pub fn wide_dram(dram_gbs_per_sm: f64) -> bool {
 }
 
 /// Whether a mix whose decode rows run apart takes one launch by default
-/// (`XGK_RPA_DECODE_APART` unset; `cuda.rs`'s `mix_in_one_launch`): on devices below
+/// (`XGK_RPA_DECODE_APART` unset; `plan_choice.rs`'s `mix_in_one_launch`): on devices below
 /// [`WIDE_DRAM_GBS_PER_SM`] (an H100: the peers' four engine-step mixes 0-9 % faster on the GPU
 /// than in two launches, benchmarks/NOTES.md "v32"). The decode blocks of one launch keep two
 /// stages each, 96 KiB in flight per SM, where the two-launch plan had 128: on an H200, whose
@@ -402,26 +404,26 @@ mod tests {
         const H100: f64 = 25.4;
         // H200 decode cells (16-bit KV, key rows, three stages): 32 x 4k one wave of 4k-key rows,
         // 64 x 8k two waves, 1 x 32k splits of 1024 keys: the block barrier.
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16, H200), 0);
-        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 16, H200), 0);
-        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1, 16, H200), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16, H200), PipeMode::BlockBarrier);
+        assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 16, H200), PipeMode::BlockBarrier);
+        assert_eq!(default_pipe_mode(true, 2, 3, 1024, 1, 16, H200), PipeMode::BlockBarrier);
         // 128 x 2k (four waves), 4 x 2k (256-key splits), two stages, fp8, head rows: per key group.
-        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4, 16, H200), 1);
-        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 16, H200), 1);
-        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1, 16, H200), 1);
-        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1, 16, H200), 1);
-        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1, 16, H200), 1);
+        assert_eq!(default_pipe_mode(true, 2, 3, 2048, 4, 16, H200), PipeMode::KeyGroupPipelines);
+        assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 16, H200), PipeMode::KeyGroupPipelines);
+        assert_eq!(default_pipe_mode(true, 2, 2, 8192, 1, 16, H200), PipeMode::KeyGroupPipelines);
+        assert_eq!(default_pipe_mode(true, 1, 3, 8192, 1, 16, H200), PipeMode::KeyGroupPipelines);
+        assert_eq!(default_pipe_mode(false, 2, 3, 8192, 1, 16, H200), PipeMode::KeyGroupPipelines);
         // Pages of one token (32 x 4k: 192.1 µs with the block barrier, 140.5 without); of 8, it.
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, H200), 1);
-        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8, H200), 0);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, H200), PipeMode::KeyGroupPipelines);
+        assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8, H200), PipeMode::BlockBarrier);
         // An H100 (or a device that does not report its memory): per key group on the same cells,
         // but for pages of 8 (to 15) tokens.
         for gbs in [H100, 0.0] {
-            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16, gbs), 1);
-            assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 128, gbs), 1);
-            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8, gbs), 0);
-            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, gbs), 1);
-            assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 8, gbs), 1);
+            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 16, gbs), PipeMode::KeyGroupPipelines);
+            assert_eq!(default_pipe_mode(true, 2, 3, 8192, 2, 128, gbs), PipeMode::KeyGroupPipelines);
+            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 8, gbs), PipeMode::BlockBarrier);
+            assert_eq!(default_pipe_mode(true, 2, 3, 4096, 1, 1, gbs), PipeMode::KeyGroupPipelines);
+            assert_eq!(default_pipe_mode(true, 2, 3, 256, 1, 8, gbs), PipeMode::KeyGroupPipelines);
         }
     }
 

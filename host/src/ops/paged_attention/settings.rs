@@ -1,6 +1,7 @@
 //! The launch settings of paged attention: the environment variables that choose kernels and
 //! plans (benchmarks compare them in one process), their defaults, and [`LaunchSettings`], what
-//! they say once parsed. Read by `cuda.rs`, which caches them per process and reloads them on
+//! they say once parsed, as enums where they choose among ways (`params.rs` turns those into the
+//! kernels' integers). Cached per process by `plan_cache.rs`, which reloads them on
 //! `reload_settings`; the plan rules they feed are in `plan_rules.rs`.
 
 use kernels_gpu::kernels::paged_attention_pipelined::PIPE_MAX_STAGES;
@@ -71,7 +72,7 @@ impl KernelChoice {
 /// kernel with an illegal instruction on an H200: removed, NOTES "v16".)
 pub const COPY_HINT_ENV_VAR: &str = "XGK_RPA_COPY_HINT";
 /// Default of [`COPY_HINT_ENV_VAR`].
-const DEFAULT_COPY_HINT: u32 = 0;
+const DEFAULT_COPY_HINT: CopyHint = CopyHint::None;
 
 /// Environment variable switching programmatic dependent launch off (`0`) or on (`1`, the
 /// default): where the loaded image has the grid-dependency instructions (sm_90a) and the driver
@@ -118,14 +119,14 @@ pub const MERGE_COST_KEYS_ENV_VAR: &str = "XGK_RPA_MERGE_COST_KEYS";
 /// consumer warpgroups issue their products freely, 1 = they take turns: ping-pong).
 pub const CONSUMER_SCHEDULE_ENV_VAR: &str = "XGK_WS_SCHEDULE";
 /// Default of [`CONSUMER_SCHEDULE_ENV_VAR`].
-const DEFAULT_CONSUMER_SCHEDULE: u32 = 1;
+const DEFAULT_CONSUMER_SCHEDULE: ConsumerSchedule = ConsumerSchedule::PingPong;
 
 /// Environment variable choosing how the warp-specialized kernel's blocks take their (item, KV
 /// head) pairs: `0` one block per pair; persistent blocks (as many as multiprocessors) taking
 /// them in a fixed snake order (`1`) or from a counter (`2`, the default: a dynamic schedule).
 pub const PERSISTENT_ENV_VAR: &str = "XGK_WS_PERSISTENT";
 /// Default of [`PERSISTENT_ENV_VAR`].
-const DEFAULT_PERSISTENT: u32 = 2;
+const DEFAULT_PERSISTENT: PairSchedule = PairSchedule::PersistentDynamic;
 
 /// Environment variable overriding the pipelined kernel's K/V stage count (2 to
 /// [`PIPE_MAX_STAGES`]; unset, empty or 0: the shape's count, `choose_pipe_stages`). Stages
@@ -152,17 +153,17 @@ pub const PLAN_BLOCKS_ENV_VAR: &str = "XGK_RPA_PLAN_BLOCKS";
 pub const FULL_GRID_SPLITS_ENV_VAR: &str = "XGK_RPA_FULL_GRID_SPLITS";
 
 /// Environment variable choosing how the pipelined kernel's warps share a tile's copies
-/// (`RpaParams::pipe_mode`: 0 a block barrier per tile, 1 per-key-group pipelines); unset or
+/// ([`PipeMode`]: `0` a block barrier per tile, `1` per-key-group pipelines); unset or
 /// empty: [`default_pipe_mode`](super::plan_rules::default_pipe_mode) for the launch.
 pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 
-/// Environment variable choosing how split partials in the workspace are merged (splits that run
-/// as a cluster merge in it whatever this says): `0` the merge kernels by split count
-/// (`PartialsMerge::auto` in `cuda.rs`); `1` the loop merge kernel, `2` the group merge kernel; `3` in the
+/// Environment variable choosing how split partials in the workspace are merged ([`MergeSetting`];
+/// splits that run as a cluster merge in it whatever this says): `0` the merge kernels by split count
+/// (`PartialsMerge::auto` in `plan.rs`); `1` the loop merge kernel, `2` the group merge kernel; `3` in the
 /// pipelined kernel's merge blocks, slices of its grid after the splits
 /// (`RpaParams::merge_blocks`; the other kernels take mode 0's merge kernel); `4`
 /// ([`DEFAULT_MERGE_MODE`]) by where the call is enqueued and how long it is: mode 3 for a call
-/// outside stream capture that reads at most [`ONE_LAUNCH_MAX_KV_BYTES`](super::cuda::ONE_LAUNCH_MAX_KV_BYTES) of KV, mode 0 for
+/// outside stream capture that reads at most [`ONE_LAUNCH_MAX_KV_BYTES`](super::plan_choice::ONE_LAUNCH_MAX_KV_BYTES) of KV, mode 0 for
 /// longer calls and for a call captured into a CUDA graph. Tests run every mode.
 ///
 /// Why the default asks: merge blocks make a split call one launch, and a launch is most of a
@@ -176,13 +177,8 @@ pub const PIPE_MODE_ENV_VAR: &str = "XGK_RPA_PIPE_MODE";
 /// is).
 pub const MERGE_MODE_ENV_VAR: &str = "XGK_RPA_MERGE_MODE";
 
-/// [`MERGE_MODE_ENV_VAR`]'s value that takes the merge blocks for direct calls of at most
-/// [`ONE_LAUNCH_MAX_KV_BYTES`](super::cuda::ONE_LAUNCH_MAX_KV_BYTES) and the merge kernels under stream capture and for longer calls:
-/// the default.
-pub const MERGE_BY_CAPTURE: u32 = 4;
-
-/// Default of [`MERGE_MODE_ENV_VAR`].
-pub(super) const DEFAULT_MERGE_MODE: u32 = MERGE_BY_CAPTURE;
+/// Default of [`MERGE_MODE_ENV_VAR`]: [`MergeSetting::ByCapture`].
+pub(super) const DEFAULT_MERGE_MODE: MergeSetting = MergeSetting::ByCapture;
 
 /// Environment variable switching the pipelined kernel's page-table preload off (`0`) or on (`1`,
 /// the default; `RpaParams::table_preload`): the entries of a block's first tiles load together
@@ -190,7 +186,7 @@ pub(super) const DEFAULT_MERGE_MODE: u32 = MERGE_BY_CAPTURE;
 pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 
 /// Environment variable switching off (`0`) the decode kernel for a mixed batch's decode rows
-/// (`RpaParams::decode_apart`, [`decode_apart_applies`](super::cuda::decode_apart_applies)): with it, Auto runs a call that may mix
+/// ([`DecodeApartSetting`]; `RpaParams::decode_apart`, [`decode_apart_applies`](super::decode_apart_applies)): with it, Auto runs a call that may mix
 /// prefill and decode rows as the tile kernel over the other rows and the pipelined decode kernel
 /// over its one-row sequences; without it, the tile kernel takes every row. With `1` the tile
 /// kernel starts after the decode kernel; with `2` the
@@ -198,7 +194,7 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// plan's state word (published under the call's tag by its own block 0, which waits for the
 /// decode kernel's word that the inputs are written, or with one block per pair by `rpa_plan_ws`)
 /// and for the decode kernel only before its blocks end, so that its blocks take the
-/// multiprocessors the decode grid's last wave leaves (`TiledPlan::overlaps_decode`). With `3`
+/// multiprocessors the decode grid's last wave leaves (`TileLaunches` in `plan.rs`). With `3`
 /// both run in one launch where the decode plan allows it (`mix_in_one_launch`: the key-rows
 /// twin with no splits, head dims 64 and 128, persistent tile blocks), three decode blocks to a
 /// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`
@@ -217,9 +213,6 @@ pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 /// cache holds).
 pub const LOG_PLANS_ENV_VAR: &str = "XGK_LOG_PLANS";
 
-/// Default of [`DECODE_APART_ENV_VAR`].
-const DEFAULT_DECODE_APART: u32 = 3;
-
 /// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
 /// [`KEY_ROWS_MAX_HEADS`](kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS) and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
 /// and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators, four
@@ -229,13 +222,125 @@ const DEFAULT_DECODE_APART: u32 = 3;
 /// [`FP8_KEY_ROWS_PLAN_BLOCKS`](super::plan_rules::FP8_KEY_ROWS_PLAN_BLOCKS) blocks per SM (an explicit `2` plans at the kernel's occupancy).
 pub const KEY_ROWS_ENV_VAR: &str = "XGK_RPA_KEY_ROWS";
 
+/// [`COPY_HINT_ENV_VAR`]: the L2 hint of the pipelined kernel's K/V copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CopyHint {
+    /// No hint (`0`, the default).
+    None,
+    /// Prefetch the surrounding 256 bytes into L2 (`1`).
+    Prefetch256,
+}
+
+/// [`CONSUMER_SCHEDULE_ENV_VAR`]: how the warp-specialized kernel's two consumer warpgroups share
+/// the tensor cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConsumerSchedule {
+    /// They issue their products freely (`0`).
+    Free,
+    /// They take turns (`1`, the default): ping-pong.
+    PingPong,
+}
+
+/// [`PERSISTENT_ENV_VAR`]: how the warp-specialized kernel's blocks take their (item, KV head)
+/// pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PairSchedule {
+    /// One block per pair (`0`).
+    BlockPerPair,
+    /// Persistent blocks, as many as multiprocessors, taking pairs in a fixed snake order (`1`).
+    PersistentSnake,
+    /// Persistent blocks taking pairs from a counter (`2`, the default): a dynamic schedule.
+    PersistentDynamic,
+}
+
+impl PairSchedule {
+    /// Whether the blocks are persistent (one per multiprocessor at most).
+    pub fn persistent(self) -> bool {
+        self != PairSchedule::BlockPerPair
+    }
+}
+
+/// [`PIPE_MODE_ENV_VAR`]: how the pipelined kernel's warps share a tile's copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PipeMode {
+    /// Every thread copies the tile; a block barrier per tile (`0`).
+    BlockBarrier,
+    /// Each key group's warps copy and wait for their own keys (`1`): no block barrier in the
+    /// tile loop.
+    KeyGroupPipelines,
+}
+
+/// [`MERGE_MODE_ENV_VAR`]: how split partials in the workspace are merged (splits that run as a
+/// cluster merge in it whatever this says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MergeSetting {
+    /// A merge kernel by split count (`0`): the loop kernel up to
+    /// [`LOOP_MERGE_MAX_SPLITS`](kernels_gpu::kernels::paged_attention::LOOP_MERGE_MAX_SPLITS)
+    /// splits, the group kernel above.
+    BySplitCount,
+    /// The loop merge kernel (`1`).
+    LoopKernel,
+    /// The group merge kernel (`2`).
+    GroupKernel,
+    /// The pipelined kernel's merge blocks (`3`); the other kernels as
+    /// [`MergeSetting::BySplitCount`].
+    Blocks,
+    /// By where the call is enqueued and how long it is (`4`, the default): as
+    /// [`MergeSetting::Blocks`] for a direct call reading at most
+    /// [`ONE_LAUNCH_MAX_KV_BYTES`](super::plan_choice::ONE_LAUNCH_MAX_KV_BYTES) of KV, else as
+    /// [`MergeSetting::BySplitCount`].
+    ByCapture,
+}
+
+/// [`KEY_ROWS_ENV_VAR`] when given: where the pipelined kernel takes the key-rows layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyRowsSetting {
+    /// Heads as the mma's rows everywhere (`0`).
+    Off,
+    /// Keys as rows for 16-bit KV (`1`).
+    SixteenBitKv,
+    /// Keys as rows for 16-bit and fp8 KV (`2`).
+    AllKv,
+}
+
+/// [`DECODE_APART_ENV_VAR`]: whether and how a mixed batch's decode rows run apart from its other
+/// rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DecodeApartSetting {
+    /// The tile kernel takes every row (`0`).
+    Off,
+    /// The decode kernel, then the tile kernel after it (`1`).
+    TilesAfterDecode,
+    /// The warp-specialized tile kernel (head dims 64 and 128) beside the decode kernel, waiting
+    /// for its plan's state word rather than for the decode kernel (`2`).
+    TilesBesideDecode,
+    /// Both in one launch (the mix kernel) where the decode plan allows it, elsewhere as
+    /// [`DecodeApartSetting::TilesBesideDecode`] (`3`, the default).
+    OneLaunch,
+}
+
+/// Default of [`DECODE_APART_ENV_VAR`].
+const DEFAULT_DECODE_APART: DecodeApartSetting = DecodeApartSetting::OneLaunch;
+
+/// A choice from environment variable `var` whose values are the indices of `options` (a whole
+/// number from 0), `default` when it is unset or empty.
+fn choice_from_env<T: Copy + PartialEq>(var: &str, default: T, options: &[T]) -> Result<T> {
+    let default = options.iter().position(|o| *o == default).expect("the default is an option") as u32;
+    Ok(options[bounded_from_env(var, default, 0..=options.len() as u32 - 1)? as usize])
+}
+
+/// A choice from environment variable `var` as [`choice_from_env`], None when it is unset or empty.
+fn optional_choice_from_env<T: Copy>(var: &str, options: &[T]) -> Result<Option<T>> {
+    Ok(optional_bounded_from_env(var, 0..=options.len() as u32 - 1)?.map(|n| options[n as usize]))
+}
+
 /// The process's launch settings, from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
     /// [`KERNEL_ENV_VAR`].
     pub choice: KernelChoice,
     /// [`COPY_HINT_ENV_VAR`].
-    pub copy_hint: u32,
+    pub copy_hint: CopyHint,
     /// [`PROGRAMMATIC_LAUNCH_ENV_VAR`].
     pub programmatic: bool,
     /// [`MIN_SPLIT_TILES_ENV_VAR`].
@@ -243,9 +348,9 @@ pub struct LaunchSettings {
     /// [`MERGE_COST_KEYS_ENV_VAR`].
     pub merge_cost_keys: u32,
     /// [`CONSUMER_SCHEDULE_ENV_VAR`].
-    pub consumer_schedule: u32,
+    pub consumer_schedule: ConsumerSchedule,
     /// [`PERSISTENT_ENV_VAR`].
-    pub persistent: u32,
+    pub pair_schedule: PairSchedule,
     /// [`PIPE_STAGES_ENV_VAR`] (0: the shape's default).
     pub pipe_stages: u32,
     /// [`CLUSTER_MERGE_ENV_VAR`].
@@ -255,15 +360,15 @@ pub struct LaunchSettings {
     /// [`FULL_GRID_SPLITS_ENV_VAR`].
     pub full_grid_splits: bool,
     /// [`PIPE_MODE_ENV_VAR`] (None: [`default_pipe_mode`](super::plan_rules::default_pipe_mode)).
-    pub pipe_mode: Option<u32>,
+    pub pipe_mode: Option<PipeMode>,
     /// [`MERGE_MODE_ENV_VAR`].
-    pub merge_mode: u32,
+    pub merge_mode: MergeSetting,
     /// [`TABLE_PRELOAD_ENV_VAR`].
     pub table_preload: bool,
-    /// [`KEY_ROWS_ENV_VAR`] (None: by `cuda.rs`'s `key_rows_taken`'s default).
-    pub key_rows: Option<u32>,
+    /// [`KEY_ROWS_ENV_VAR`] (None: by `plan_choice.rs`'s `key_rows_taken`'s default).
+    pub key_rows: Option<KeyRowsSetting>,
     /// [`DECODE_APART_ENV_VAR`] ([`DEFAULT_DECODE_APART`] where unset).
-    pub decode_apart: u32,
+    pub decode_apart: DecodeApartSetting,
     /// Whether [`DECODE_APART_ENV_VAR`] was given: unset, `3` takes one launch only where
     /// [`mix_one_launch_pays`](super::plan_rules::mix_one_launch_pays).
     pub decode_apart_given: bool,
@@ -274,15 +379,27 @@ pub struct LaunchSettings {
 impl LaunchSettings {
     /// The settings the environment names now (an invalid value is an error naming it).
     pub fn from_env() -> Result<Self> {
-        let decode_apart = optional_bounded_from_env(DECODE_APART_ENV_VAR, 0..=3)?;
+        use DecodeApartSetting as Apart;
+        let decode_apart = optional_choice_from_env(
+            DECODE_APART_ENV_VAR,
+            &[Apart::Off, Apart::TilesAfterDecode, Apart::TilesBesideDecode, Apart::OneLaunch],
+        )?;
         Ok(LaunchSettings {
             choice: KernelChoice::from_env()?,
-            copy_hint: bounded_from_env(COPY_HINT_ENV_VAR, DEFAULT_COPY_HINT, 0..=1)?,
+            copy_hint: choice_from_env(COPY_HINT_ENV_VAR, DEFAULT_COPY_HINT, &[CopyHint::None, CopyHint::Prefetch256])?,
             programmatic: programmatic_from_env()?,
             min_split_tiles: bounded_from_env(MIN_SPLIT_TILES_ENV_VAR, DEFAULT_MIN_SPLIT_TILES, 1..=64)?,
             merge_cost_keys: bounded_from_env(MERGE_COST_KEYS_ENV_VAR, DEFAULT_MERGE_COST_KEYS, 0..=65536)?,
-            consumer_schedule: bounded_from_env(CONSUMER_SCHEDULE_ENV_VAR, DEFAULT_CONSUMER_SCHEDULE, 0..=1)?,
-            persistent: bounded_from_env(PERSISTENT_ENV_VAR, DEFAULT_PERSISTENT, 0..=2)?,
+            consumer_schedule: choice_from_env(
+                CONSUMER_SCHEDULE_ENV_VAR,
+                DEFAULT_CONSUMER_SCHEDULE,
+                &[ConsumerSchedule::Free, ConsumerSchedule::PingPong],
+            )?,
+            pair_schedule: choice_from_env(
+                PERSISTENT_ENV_VAR,
+                DEFAULT_PERSISTENT,
+                &[PairSchedule::BlockPerPair, PairSchedule::PersistentSnake, PairSchedule::PersistentDynamic],
+            )?,
             pipe_stages: match bounded_from_env(PIPE_STAGES_ENV_VAR, 0, 0..=PIPE_MAX_STAGES)? {
                 1 => {
                     return Err(crate::Error::invalid(format!(
@@ -294,10 +411,26 @@ impl LaunchSettings {
             cluster_merge: bounded_from_env(CLUSTER_MERGE_ENV_VAR, 1, 0..=1)? == 1,
             plan_blocks: bounded_from_env(PLAN_BLOCKS_ENV_VAR, 0, 0..=32)?,
             full_grid_splits: bounded_from_env(FULL_GRID_SPLITS_ENV_VAR, 0, 0..=1)? == 1,
-            pipe_mode: optional_bounded_from_env(PIPE_MODE_ENV_VAR, 0..=1)?,
-            merge_mode: bounded_from_env(MERGE_MODE_ENV_VAR, DEFAULT_MERGE_MODE, 0..=MERGE_BY_CAPTURE)?,
+            pipe_mode: optional_choice_from_env(
+                PIPE_MODE_ENV_VAR,
+                &[PipeMode::BlockBarrier, PipeMode::KeyGroupPipelines],
+            )?,
+            merge_mode: choice_from_env(
+                MERGE_MODE_ENV_VAR,
+                DEFAULT_MERGE_MODE,
+                &[
+                    MergeSetting::BySplitCount,
+                    MergeSetting::LoopKernel,
+                    MergeSetting::GroupKernel,
+                    MergeSetting::Blocks,
+                    MergeSetting::ByCapture,
+                ],
+            )?,
             table_preload: bounded_from_env(TABLE_PRELOAD_ENV_VAR, 1, 0..=1)? == 1,
-            key_rows: optional_bounded_from_env(KEY_ROWS_ENV_VAR, 0..=2)?,
+            key_rows: optional_choice_from_env(
+                KEY_ROWS_ENV_VAR,
+                &[KeyRowsSetting::Off, KeyRowsSetting::SixteenBitKv, KeyRowsSetting::AllKv],
+            )?,
             decode_apart: decode_apart.unwrap_or(DEFAULT_DECODE_APART),
             decode_apart_given: decode_apart.is_some(),
             log_plans: bounded_from_env(LOG_PLANS_ENV_VAR, 0, 0..=1)? == 1,
@@ -324,6 +457,26 @@ mod tests {
             let err = bounded_from_env(var, 4, 1..=64).unwrap_err().to_string();
             assert!(err.contains(&format!("{var}=\"{bad}\": expected a whole number from 1 to 64")), "{err}");
         }
+        std::env::remove_var(var);
+    }
+
+    #[test]
+    fn choices_are_the_indices_of_their_options() {
+        // A variable of this test's own, as above.
+        let var = "XGK_TEST_CHOICE_FROM_ENV";
+        let options = [MergeSetting::BySplitCount, MergeSetting::LoopKernel, MergeSetting::ByCapture];
+        std::env::remove_var(var);
+        assert_eq!(choice_from_env(var, MergeSetting::ByCapture, &options).unwrap(), MergeSetting::ByCapture);
+        assert_eq!(optional_choice_from_env(var, &options).unwrap(), None);
+        for (n, option) in options.iter().enumerate() {
+            std::env::set_var(var, n.to_string());
+            assert_eq!(choice_from_env(var, MergeSetting::ByCapture, &options).unwrap(), *option);
+            assert_eq!(optional_choice_from_env(var, &options).unwrap(), Some(*option));
+        }
+        std::env::set_var(var, "3");
+        let err = choice_from_env(var, MergeSetting::ByCapture, &options).unwrap_err().to_string();
+        assert!(err.contains("expected a whole number from 0 to 2"), "{err}");
+        assert!(optional_choice_from_env(var, &options).is_err());
         std::env::remove_var(var);
     }
 }
