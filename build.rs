@@ -202,15 +202,17 @@ fn ptxas_release(ptxas: &Path) -> Result<String, String> {
         .ok_or_else(|| format!("{}: no release in `--version`: {text}", ptxas.display()))
 }
 
-/// Compiles each (arch, PTX file, cubin file) with `ptxas`, several at once (each ptxas is single
-/// threaded; the whole Hopper image takes about a minute). A cubin whose PTX is unchanged since
-/// it was made is kept: `<cubin>.ptx` holds the PTX it came from.
-fn compile_cubins(ptxas: &Path, jobs: &[(String, PathBuf, PathBuf)]) -> Result<(), String> {
+/// Compiles each (arch, PTX file, cubin file) with `ptxas` (release `release`), several at once
+/// (each ptxas is single threaded; the whole Hopper image takes about a minute). A cubin made by
+/// the same release from the same PTX is kept: `<cubin>.source` holds the release and the PTX it
+/// came from.
+fn compile_cubins(ptxas: &Path, release: &str, jobs: &[(String, PathBuf, PathBuf)]) -> Result<(), String> {
+    let source_of = |ptx: &Path| fs::read(ptx).ok().map(|text| [format!("{release}\n").into_bytes(), text].concat());
     let pending: Vec<&(String, PathBuf, PathBuf)> = jobs
         .iter()
         .filter(|(_, ptx, cubin)| {
-            let source = cubin.with_extension("cubin.ptx");
-            !(cubin.exists() && fs::read(ptx).ok().is_some_and(|text| fs::read(&source).ok() == Some(text)))
+            let made_from = fs::read(cubin.with_extension("cubin.source")).ok();
+            !(cubin.exists() && made_from.is_some() && made_from == source_of(ptx))
         })
         .collect();
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(pending.len().max(1));
@@ -224,7 +226,8 @@ fn compile_cubins(ptxas: &Path, jobs: &[(String, PathBuf, PathBuf)]) -> Result<(
                 let result =
                     run(Command::new(ptxas).arg(format!("-arch={arch}")).arg("-O3").arg(ptx).arg("-o").arg(cubin))
                         .and_then(|()| {
-                            fs::copy(ptx, cubin.with_extension("cubin.ptx")).map(drop).map_err(|e| e.to_string())
+                            let source = source_of(ptx).ok_or_else(|| format!("{} unreadable", ptx.display()))?;
+                            fs::write(cubin.with_extension("cubin.source"), source).map_err(|e| e.to_string())
                         });
                 if let Err(e) = result {
                     errors.lock().unwrap().push(format!("cubin {arch}: {e}"));
@@ -383,7 +386,7 @@ fn build_ptx() -> Result<(), String> {
                 Ok((arch.clone(), source.clone(), out_dir.join(format!("kernels_{arch}.cubin"))))
             })
             .collect::<Result<_, String>>()?;
-        compile_cubins(ptxas, &jobs)?;
+        compile_cubins(ptxas, &ptxas_version, &jobs)?;
         for (arch, _, cubin) in &jobs {
             cubin_table.push_str(&format!(
                 "    host::runtime::CubinImage {{ arch: \"{arch}\", cubin: include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{}\")) }},\n",
