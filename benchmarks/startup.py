@@ -17,7 +17,8 @@ reported alone for the second, cached shape).
 
     python3 benchmarks/startup.py [--out FILE.json] [--ptx-arch sm_90a] [--frontends torch,jax]
 
-Prints a table last; writes FILE.json (default `benchmarks/runs/startup-<gpu>-<date>.json`).
+Prints a table last; writes FILE.json (default `benchmarks/runs/startup-<gpu>-<date>.json`) and,
+where matplotlib is installed, FILE.png (`--replot FILE.json` draws it again).
 """
 
 from __future__ import annotations
@@ -117,12 +118,42 @@ def run_child(frontend: str, mode: str, cache_dir: str, ptx_arch: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def plot(result: dict, path: str) -> None:
+    """First-call times per frontend, code and driver cache (log scale), where matplotlib exists."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    calls = ["simple_add", "decode_4x2k", "prefill_1x2k"]
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(rows)
+    for i, r in enumerate(rows):
+        xs = [c + (i - len(rows) / 2 + 0.5) * width for c in range(len(calls))]
+        ax.bar(xs, [max(r[c]["first_s"], 1e-4) for c in calls], width, label=f"{r['frontend']}, {r['mode']}, {r['cache']} cache")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(calls)), [f"first {c}" for c in calls])
+    ax.set_ylabel("seconds (imports excluded)")
+    ax.axhline(40, color="r", lw=0.8, ls="--")
+    ax.text(2.4, 30, "0.1.0: 40 s (JIT of the whole image)", ha="right", fontsize=8, color="r")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"{result['gpu']}, driver {result['driver']}, {result['date']}: the first call in a fresh process")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--ptx-arch", default="sm_90a", help="the PTX image of the 'ptx' path (XGK_PTX_ARCH)")
     ap.add_argument("--frontends", default="torch,jax")
+    ap.add_argument("--replot", metavar="FILE.json", default=None, help="draw FILE.png from FILE.json, run nothing")
     args = ap.parse_args()
+    if args.replot:
+        plot(json.load(open(args.replot)), args.replot.rsplit(".", 1)[0] + ".png")
+        return 0
     import torch
 
     gpu = torch.cuda.get_device_name(0)
@@ -153,6 +184,7 @@ def main() -> int:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
+    plot(result, out.rsplit(".", 1)[0] + ".png")
     print(f"\n{gpu}, driver {driver}; {result['library']}")
     print("| frontend | code | driver cache | " + " | ".join(f"{c} first (s)" for c in calls) + " | decode second (ms) |")
     print("|---|---|---|" + "---:|" * (len(calls) + 1))
