@@ -78,6 +78,18 @@ MANIFEST = {
                      "XGK_SOAK_REPORT=soak.txt .gpu/bin/soak --include-ignored --nocapture"),
         "sanitizers.md": ("compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the GPU suite",
                           "aed6d6b", "bash scripts/sanitize.sh"),
+        "startup.json": ("the first call in a fresh process (0.2.0): empty and filled driver cache, native code "
+                         "(the sm_90a cubin) and the sm_90a PTX JIT-compiled kernel by kernel, torch and JAX", "19c711b",
+                         "cd /tmp && env -u XLA_GPU_KERNELS_LIB PYTHONPATH=<the wheel installed with pip --target> "
+                         "python3 $REPO/benchmarks/startup.py"),
+        "native-vs-jit.json": ("the cubins (ptxas 13.0.88) against the driver's JIT of the same PTX: the decode and "
+                               "prefill suites, ours only, run three times back to back (cubin, JIT, cubin)", "19c711b",
+                               "for s in decode prefill; do for v in native ptx native2; do "
+                               "[ $v = ptx ] && export XGK_PTX_ARCH=sm_90a || unset XGK_PTX_ARCH; "
+                               "python3 benchmarks/peers.py --suite $s --no-jax --no-flashinfer --out $s-$v.json; done; done; "
+                               "python3 benchmarks/native_vs_jit.py native-vs-jit.json decode:decode-native.json,"
+                               "decode-ptx.json,decode-native2.json prefill:prefill-native.json,prefill-ptx.json,"
+                               "prefill-native2.json"),
         "criterion.md": ("criterion benches of the kernels", "564735a",
                          "cargo bench --bench kernels; python3 scripts/bench_report.py BENCH_LOG DEVICE_TXT"),
     },
