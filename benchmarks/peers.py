@@ -53,6 +53,8 @@ ROOT = os.path.join(HERE, "..")
 if os.environ.get("XGK_TEST_INSTALLED") != "1":
     sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
+import peers_table  # noqa: E402  (benchmarks/, on the path above)
+
 os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", "9.0a")
 # JAX must not take most of the GPU's memory for itself: torch allocates the inputs.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -892,47 +894,9 @@ def rederive(result):
 
 
 def plot(result, path):
-    """Grouped bars per case: % of copy bandwidth for decode cases, TFLOP/s for prefill/mixed; a
-    peer with a profiler kernel time gets a second bar from it ("<peer> (kernels)")."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def with_kernel_bars(case):
-        results = {}
-        for n, r in case["results"].items():
-            results[n] = r
-            if not n.startswith("ours") and n not in MIX_WAYS and "kernel_us" in r and "median_us" in r:
-                f = r["median_us"] / r["kernel_us"]
-                results[f"{n} (kernels)"] = {"median_us": r["kernel_us"], "copy_fraction": r["copy_fraction"] * f,
-                                             "TFLOPs": r["TFLOPs"] * f}
-        return {**case, "results": results}
-
-    cases = [with_kernel_bars(c) for c in result["cases"] if any("median_us" in r for r in c["results"].values())]
-    panels = [(k, [c for c in cases if (c.get("kind", "decode") == "decode") == (k == "decode")])
-              for k in ("decode", "prefill")]
-    panels = [(k, cs) for k, cs in panels if cs]
-    if not panels:
-        return
-    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
-                             figsize=(max(8, max(len(cs) for _, cs in panels) * 0.7), 5 * len(panels)))
-    everyone = list(dict.fromkeys(n for c in cases for n in c["results"]))  # one colour each in both panels
-    for ax, (kind, cs) in zip(axes[:, 0], panels):
-        names = [n for n in everyone if any("median_us" in c["results"].get(n, {}) for c in cs)]
-        width = 0.8 / len(names)
-        for i, n in enumerate(names):
-            ys = [c["results"].get(n, {}).get("copy_fraction" if kind == "decode" else "TFLOPs", 0) *
-                  (100 if kind == "decode" else 1) for c in cs]
-            ax.bar([x + i * width for x in range(len(cs))], ys, width, label=n, color=f"C{everyone.index(n) % 10}")
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cs))])
-        ax.set_xticklabels([c["name"] for c in cs], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("% of copy bandwidth (higher is faster)" if kind == "decode"
-                      else "causal TFLOP/s (higher is faster)")
-        ax.set_title(f"{result['gpu']} — copy {result['copy_GBps']:.0f} GB/s — {result['date']}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """The suite's plot (`peers_table.plot`): grouped bars per case, % of copy bandwidth for
+    decode cases and TFLOP/s for prefill and mixed ones, a peer's kernel time as a second bar."""
+    peers_table.plot(result, path)
 
 
 def main():

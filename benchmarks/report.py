@@ -223,49 +223,8 @@ def headline_md(kind: str) -> str:
 
 
 def plot_peers(data: dict, path: str):
-    """Grouped bars per case: ours and each peer (its kernel time as a second bar): % of copy
-    bandwidth for decode cases, causal TFLOP/s for prefill and mixed batches (as peers.py draws)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def bars(case):
-        out = {}
-        for n, r in case["results"].items():
-            if "median_us" not in r:
-                continue
-            if n in ("flashinfer-all", "flashinfer-split"):
-                continue
-            out[n] = r
-            if not n.startswith("ours") and "kernel_us" in r:
-                f = r["median_us"] / r["kernel_us"]
-                out[f"{n} (kernels)"] = {"median_us": r["kernel_us"], "copy_fraction": r["copy_fraction"] * f,
-                                         "TFLOPs": r["TFLOPs"] * f}
-        return {**case, "results": out}
-
-    cases = [bars(c) for c in data["cases"] if any("median_us" in r for r in c["results"].values())]
-    panels = [(k, [c for c in cases if (peers_table.kind(c) == "decode") == (k == "decode")])
-              for k in ("decode", "prefill")]
-    panels = [(k, cs) for k, cs in panels if cs]
-    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
-                             figsize=(max(8, max(len(cs) for _, cs in panels) * 0.6), 4.5 * len(panels)))
-    everyone = list(dict.fromkeys(n for c in cases for n in c["results"]))
-    for ax, (kind, cs) in zip(axes[:, 0], panels):
-        names = [n for n in everyone if any(n in c["results"] for c in cs)]
-        width = 0.8 / len(names)
-        for i, n in enumerate(names):
-            ys = [c["results"].get(n, {}).get("copy_fraction" if kind == "decode" else "TFLOPs", 0) *
-                  (100 if kind == "decode" else 1) for c in cs]
-            ax.bar([x + i * width for x in range(len(cs))], ys, width, label=n, color=f"C{everyone.index(n) % 10}")
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cs))])
-        ax.set_xticklabels([c["name"] for c in cs], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("% of copy bandwidth (higher is faster)" if kind == "decode"
-                      else "causal TFLOP/s (higher is faster)")
-        ax.set_title(f"{data['gpu']}, copy {data['copy_GBps']:.0f} GB/s, {data['date']}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    """The suite's plot, as peers.py draws it (`peers_table.plot`)."""
+    peers_table.plot(data, path, dpi=90)
 
 
 def plot_headline(kind: str, path: str):

@@ -10,15 +10,9 @@ use std::process::Command;
 use xla_gpu_kernels::host::runtime::PtxImage;
 use xla_gpu_kernels::{CUBIN_IMAGES, PTX_IMAGES};
 
-fn ptxas() -> String {
-    if let Ok(p) = std::env::var("XGK_PTXAS") {
-        return p;
-    }
-    let found = Command::new("sh").arg("-c").arg("command -v ptxas").output().expect("sh");
-    let path = String::from_utf8_lossy(&found.stdout).trim().to_string();
-    assert!(!path.is_empty(), "ptxas not found: set XGK_PTXAS (pip install nvidia-cuda-nvcc; .ci/run does this)");
-    path
-}
+#[path = "support/ptxas.rs"]
+mod support;
+use support::ptxas;
 
 /// The kernels whose `.entry` the whole image declares, in text order.
 fn entries(image: &PtxImage) -> Vec<&'static str> {
