@@ -883,14 +883,32 @@ fn tiled_kernel_small_cases() {
 fn paged_attention_long_context_128k() {
     let stream = gpu();
     let mut rng = seeded_rng();
-    // One 128k-token sequence (decode + a 3-row chunk) beside a short one: split-KV path.
-    let mut case =
-        random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
-    case.sm_scale = 0.08;
-    let cpu = case.cpu_output();
-    for kernel in kernels_for(&case) {
-        let err = compare(&case, &run_gpu(&stream, &case, kernel), &cpu, "128k");
-        println!("worst row-relative |gpu - cpu| 128k bf16 {kernel:?}: {err:.3e}");
+    // One 128k-token sequence (decode + a 3-row chunk) beside a short one: split-KV path. Smooth
+    // logits (spread ~0.3), then peaky ones (spread 3) with a cap that bites and a window longer
+    // than a split; against the CPU path on every row and, on the first, middle and last row of
+    // each sequence, against the float64 oracle of tests/common (written from the contract, no
+    // code shared with the kernels).
+    for variant in ["smooth", "peaky, cap, window 20000"] {
+        let mut case =
+            random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
+        case.sm_scale = 0.08;
+        if variant == "smooth" {
+            make_peaky(&mut case, 0.3);
+        } else {
+            make_peaky(&mut case, 3.0);
+            case.soft_cap = Some(biting_cap(&case, &mut rng));
+            case.sliding_window = Some(20_000);
+        }
+        let cpu = case.cpu_output();
+        let rows = sampled_rows(&case);
+        let exact = case.oracle_of_rows(Fault::None, Some(&rows));
+        for kernel in kernels_for(&case) {
+            let label = format!("128k {variant} {kernel:?}");
+            let got = run_gpu(&stream, &case, kernel);
+            let err = compare(&case, &got, &cpu, &label);
+            let rel = assert_rows_close(&case, &got, &exact, &rows, &label);
+            println!("worst row-relative |gpu - cpu| 128k bf16 {variant} {kernel:?}: {err:.3e}; |gpu - float64| {rel:.3e}");
+        }
     }
 }
 

@@ -285,6 +285,11 @@ impl Case {
     /// [`Case::oracle`] with a deliberate fault (`tests/fault_detection.rs`: what the suite's inputs
     /// and tolerances would let through).
     pub fn oracle_with(&self, fault: Fault) -> Vec<f64> {
+        self.oracle_of_rows(fault, None)
+    }
+
+    /// [`Case::oracle_with`] on the token rows in `rows` only (others left 0): for long contexts.
+    pub fn oracle_of_rows(&self, fault: Fault, rows: Option<&[usize]>) -> Vec<f64> {
         let (d, nq, nkv) = (self.head_dim, self.num_q_heads, self.num_kv_heads);
         let group = nq / nkv;
         let mask_value = self.mask_value.unwrap_or(-0.7 * f32::MAX) as f64;
@@ -306,6 +311,9 @@ impl Case {
             };
             for r in 0..q_len {
                 let t = q0 + r;
+                if rows.is_some_and(|rows| !rows.contains(&t)) {
+                    continue;
+                }
                 let pos = (kv_len - q_len + r) as i64;
                 for h in 0..nq {
                     let g = h / group;
@@ -559,5 +567,31 @@ pub fn compare_scaled(case: &Case, gpu: &[u8], cpu: &[u8], label: &str, value_sc
         value_scale,
     );
     assert!(r.worst_ratio <= 1.0, "{label}: {} rows off; worst {}", r.bad_rows, r.worst_at);
+    r.worst_rel
+}
+
+/// The first, middle and last token row of every valid sequence: the rows a long-context test
+/// checks against [`Case::oracle_of_rows`].
+pub fn sampled_rows(case: &Case) -> Vec<usize> {
+    let mut rows = vec![];
+    for s in 0..case.num_seqs as usize {
+        let (a, b) = (case.cu_q_lens[s] as usize, case.cu_q_lens[s + 1] as usize);
+        if b > a {
+            rows.extend([a, (a + b) / 2, b - 1]);
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// Compares the token rows `rows` of an output with the float64 oracle's (from
+/// [`Case::oracle_of_rows`]) under [`row_tolerance`]; returns the worst row-relative error.
+pub fn assert_rows_close(case: &Case, got: &[u8], want: &[f64], rows: &[usize], label: &str) -> f64 {
+    let row = case.num_q_heads * case.head_dim;
+    let (hq, d) = (case.num_q_heads, case.head_dim);
+    let at = |k: usize| rows[k / row] * row + k % row;
+    let r = row_errors(case.q_dtype, rows.len() * hq, d, |k| decode(case.q_dtype, got, at(k)), |k| want[at(k)], value_scale(case));
+    assert!(r.worst_ratio <= 1.0, "{label}: {} sampled rows off against the float64 oracle; worst {}", r.bad_rows, r.worst_at);
     r.worst_rel
 }
