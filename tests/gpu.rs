@@ -888,7 +888,10 @@ fn paged_attention_long_context_128k() {
     // than a split; against the CPU path on every row and, on the first, middle and last row of
     // each sequence, against the float64 oracle of tests/common (written from the contract, no
     // code shared with the kernels).
-    for variant in ["smooth", "peaky, cap, window 20000"] {
+    // Under the sanitizers (XGK_GPU_CASES_PERCENT < 100, scripts/sanitize.sh) the peaky one only.
+    let variants: &[&str] =
+        if case_stride() > 1 { &["peaky, cap, window 20000"] } else { &["smooth", "peaky, cap, window 20000"] };
+    for &variant in variants {
         let mut case =
             random_case(&mut rng, DType::BF16, DType::BF16, 128, 2, 4, 16, &[(1, 131_072), (3, 131_075), (2, 40)], 2);
         case.sm_scale = 0.08;
