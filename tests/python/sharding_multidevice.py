@@ -255,9 +255,12 @@ def check_uneven_heads_raise():
     if ndev() < 2:
         return "needs 2 devices"
     msg = "cannot split"
+    ran, left_out = [], []
     for kvh, group, n in ((2, 2, 4), (1, 4, 2), (3, 2, 2)):
         if n > ndev():
+            left_out.append(f"Hkv={kvh} over {n} (only {ndev()} devices)")  # reported in the result
             continue
+        ran.append(f"Hkv={kvh} over {n}")
         args, attrs = case(60, kv_heads=kvh, group=group)
         mesh = mesh_of(n)
         try:
@@ -289,7 +292,7 @@ def check_uneven_heads_raise():
             assert msg in str(e), str(e)
         else:
             raise AssertionError(f"jit auto Hkv={kvh} n={n}: no error")
-    return "errors raised"
+    return f"errors raised for {', '.join(ran)}" + (f"; not run: {', '.join(left_out)}" if left_out else "")
 
 
 # --- data parallel ----------------------------------------------------------------------------------------
