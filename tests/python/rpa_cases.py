@@ -68,7 +68,11 @@ def tolerance_scale(args, attrs) -> float:
     if attrs.get("v_scale") is None and attrs.get("k_scale") is None:
         return 1.0
     v = np.abs(args[1][..., 1::2, :].astype(np.float64)).max() * float(attrs.get("v_scale") or 1.0)
-    return max(1.0, v / 4) * max(1.0, float(attrs.get("k_scale") or 1.0)) * max(1.0, logit_spread(args, attrs) / 1.5)
+    k_scale = float(attrs.get("k_scale") or 1.0)
+    # A power-of-two k_scale (the default 0.5) scales the keys exactly: no rounding, no widening.
+    k_exact = np.frexp(np.float32(k_scale))[0] == 0.5
+    peaky = 1.0 if k_exact else max(1.0, logit_spread(args, attrs) / 1.5)
+    return max(1.0, v / 4) * max(1.0, k_scale) * peaky
 
 
 def make_case(rng: np.random.Generator, *, q_dtype="bfloat16", kv_dtype=None, head_dim=128, num_kv_heads=2, group=4,
