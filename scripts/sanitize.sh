@@ -4,7 +4,7 @@
 # default 25, so racecheck finishes), and the soak at XGK_SOAK_CALLS (default 2000) calls. Runs on
 # the GPU machine from the repository root with .gpu/ staged (scripts/stage_gpu.sh). Writes one
 # log per (tool, test) and a summary table to $OUT/sanitizers.md; exits non-zero if any tool
-# reported an error. SANITIZE_TOOLS / SANITIZE_TIMEOUT (seconds per run, default 500) narrow it.
+# reported an error, any run failed or any run timed out (a timeout is a failure, not a pass). SANITIZE_TOOLS / SANITIZE_TIMEOUT (seconds per run, default 500) narrow it.
 # SANITIZE_SKIP lists tests left out, space separated (default: the memory-exhaustion test, which takes every byte
 # of device memory, the sanitizer's own included: it checks host-side error handling, no kernel).
 # SANITIZE_SOAK=0 leaves the soak out (when its binary is not carried).
@@ -28,14 +28,14 @@ failed=0
 run() { # tool, label, command...
   local tool=$1 label=$2; shift 2
   local log="$OUT/san-$tool-$label.log" start=$SECONDS
-  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" > "$log" 2>&1
+  timeout -k 10 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" > "$log" 2>&1
   local rc=$?
   # racecheck reports "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)", the others
   # "ERROR SUMMARY: N errors".
   local summary; summary=$(grep -hE "(ERROR|RACECHECK) SUMMARY" "$log" | tail -1 | sed 's/=* *//')
   case $rc in
     0) result="${summary:-ok}" ;;
-    124) result="timed out (${summary:-no summary})" ;;
+    124|137) result="FAILED: timed out after ${limit}s (${summary:-no summary})"; failed=1 ;;
     *) result="FAILED rc=$rc (${summary:-see log})"; failed=1 ;;
   esac
   echo "| $tool | $label | $result | $((SECONDS - start)) |" >> "$OUT/sanitizers.md"

@@ -154,15 +154,18 @@ fn paged_attention_host_handler_decodes_attributes_of_any_width() {
     let mut rng = seeded_rng();
     let mut case = random_case(&mut rng, DType::BF16, DType::F8E4M3FN, 128, 2, 2, 8, &[(4, 30), (1, 17)], 3);
     case.sliding_window = Some(9);
-    case.soft_cap = Some(25.0);
     case.sm_scale = 0.125;
+    // A cap that bites (1-3x the logit spread): a cap the logits never reach would let a handler
+    // that drops the attribute pass.
+    let cap = biting_cap(&case, &mut rng);
+    case.soft_cap = Some(cap);
     let want = case.oracle();
-    let mut out = vec![0xEEu8; case.out_bytes()];
+    let mut out = vec![0xFFu8; case.out_bytes()]; // NaN: an unwritten element fails is_finite
     // JAX sends Python floats as F64 and ints as S64; np.float32 as F32.
     let mut fb = pa_frame(&mut case, &mut out)
         .f64_attr("sm_scale", 0.125)
         .i64_attr("sliding_window", 9)
-        .f32_attr("soft_cap", 25.0)
+        .f32_attr("soft_cap", cap)
         .f64_attr("k_scale", case.k_scale.unwrap() as f64)
         .f32_attr("v_scale", case.v_scale.unwrap());
     let err = unsafe { take_error(xla_gpu_paged_attention_host(fb.frame())) };

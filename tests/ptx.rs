@@ -1,7 +1,9 @@
 //! The embedded PTX images: every image exports every kernel the host launches, and `ptxas` (from
 //! the `nvidia-cuda-nvcc` wheel; path in `XGK_PTXAS` or on PATH) accepts each for the devices it
 //! runs on (sm_80 and sm_90 for the portable image, sm_90a for the Hopper one) with no
-//! local-memory stack frame and no spills. Fails (not skips) when ptxas is missing.
+//! local-memory stack frame and no spills, except the head_dim-256 warp-specialized tile kernels
+//! on sm_90a (32 bytes of stack in their producer warp; see below). Fails (not skips) when ptxas
+//! is missing.
 
 use std::process::Command;
 
@@ -144,31 +146,33 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // Warpgroup register budgets take effect (ptxas ignores `setmaxnreg` where the register
         // count at entry is not fixed: `#[kernel(max_threads = N)]` fixes it).
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
-        // No local memory, except a few bytes in the head_dim-256 warp-specialized kernels'
-        // producer: their consumers need 240 registers (O alone is 128), which leaves the
-        // producer 24, where ptxas keeps a few loop invariants of the item walk on the stack
-        // (reloaded once per item or tile; the producer is not the bottleneck). And 8 bytes in the
-        // 16-bit head_dim-128 pipelined kernels, compiled for three blocks per SM (168
-        // registers): one value stored before the tile loop and loaded after it (SASS of
-        // rpa_pipe_bf16_bf16_d128, benchmarks/NOTES.md "v9"), never inside it.
+        // No local memory in any kernel except the head_dim-256 warp-specialized tile kernels on
+        // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): 32 bytes stack frame,
+        // 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50). Their consumers
+        // need 240 registers (O alone is 128), which leaves the producer warp 24, where ptxas keeps
+        // a few loop invariants of the item walk on the stack (reloaded once per item or tile; the
+        // producer is not the bottleneck). Every other kernel, on every arch: 0 bytes stack frame,
+        // 0 bytes spill stores, 0 bytes spill loads (the 16-bit head_dim-128 pipelined kernels once
+        // kept 8 bytes, benchmarks/NOTES.md "v9"; no longer). The README's sentence to match:
+        // "every kernel has a 0-byte stack frame and no spills, except the head_dim-256
+        // warp-specialized tile kernels (sm_90a), whose producer warp keeps 32 bytes of stack
+        // (48/56 bytes of spill stores/loads, outside the consumers' math)". The kernels with
+        // local memory are printed for each arch.
         let mut function = "";
+        let mut nonzero = vec![];
         for line in log.lines() {
             if let Some(name) = line.split("Function properties for ").nth(1) {
                 function = name.trim();
             } else if line.contains("stack frame") {
-                let pipe_d128 = function.starts_with("rpa_pipe_") && function.ends_with("_d128");
-                if pipe_d128 {
-                    let bytes: Vec<u32> =
-                        line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-                    assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= 8), "{arch} {function}: {line}");
-                    continue;
+                let bytes: Vec<u32> =
+                    line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+                if bytes.iter().any(|&b| b > 0) {
+                    nonzero.push(format!("{function}: {}", line.trim()));
                 }
                 if function.starts_with("rpa_tile_ws_") && function.ends_with("_d256") {
-                    // Stack frame, spill stores, spill loads.
-                    let bytes: Vec<u32> =
-                        line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+                    // Stack frame, spill stores, spill loads: no more than measured.
                     assert!(
-                        bytes.len() == 3 && bytes[0] <= 64 && bytes[1] <= 96 && bytes[2] <= 96,
+                        bytes.len() == 3 && bytes[0] <= 32 && bytes[1] <= 48 && bytes[2] <= 56,
                         "{arch} {function}: {line}"
                     );
                     continue;
@@ -178,6 +182,10 @@ fn ptxas_accepts_the_ptx_without_spills() {
                     "{arch} {function}: {line}"
                 );
             }
+        }
+        println!("{arch}: {} kernels with local memory:", nonzero.len());
+        for line in &nonzero {
+            println!("  {line}");
         }
     }
 }

@@ -67,7 +67,7 @@ fn random_device_case(rng: &mut StdRng, stream: &Arc<CudaStream>) -> DeviceCase 
     case.sm_scale = rng.gen_range(0.05..0.2);
     match rng.gen_range(0..8) {
         0 => case.sliding_window = Some(rng.gen_range(1..300)),
-        1 => case.soft_cap = Some(rng.gen_range(5.0..50.0)),
+        1 => case.soft_cap = Some(biting_cap(&case, rng)),
         2 if kv_dtype != q_dtype => {
             case.k_scale = Some(rng.gen_range(0.2..2.0));
             case.v_scale = Some(rng.gen_range(0.2..2.0));

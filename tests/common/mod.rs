@@ -146,7 +146,7 @@ pub fn random_case(
     } else {
         encode(kv_dtype, &(0..kv_elems).map(|_| rng.gen_range(-1.0..1.0)).collect::<Vec<_>>())
     };
-    Case {
+    let mut case = Case {
         q_dtype,
         kv_dtype,
         max_tokens,
@@ -169,7 +169,43 @@ pub fn random_case(
         mask_value: None,
         k_scale: fp8.then_some(0.5),
         v_scale: fp8.then_some(0.75),
+    };
+    // Half the cases peaky: q scaled so that the logits' spread is 2 to 4 (attention on a few
+    // keys), beside smooth ones (spread ~0.33: nearly uniform attention, where faults that move
+    // weight between keys hardly show).
+    if rng.gen_bool(0.5) {
+        make_peaky(&mut case, rng.gen_range(2.0..4.0));
     }
+    case
+}
+
+/// The standard deviation of the logits `sm_scale * q.k` over random (row, key) pairs of `case`
+/// (independent q and K elements: `sqrt(d) * rms(q) * rms(K * k_scale) * sm_scale`), estimated
+/// from the data (K from its first 2^16 elements).
+pub fn logit_spread(case: &Case) -> f64 {
+    let (d, nkv) = (case.head_dim, case.num_kv_heads);
+    let q_elems = case.max_tokens * case.num_q_heads * d;
+    let q_ms = (0..q_elems).map(|i| decode(case.q_dtype, &case.q, i).powi(2)).sum::<f64>() / q_elems.max(1) as f64;
+    let kv_elems = case.kv.len() / case.kv_dtype.size_bytes().unwrap_or(1);
+    let keys: Vec<f64> =
+        (0..kv_elems.min(1 << 16)).filter(|e| (e / d) % (2 * nkv) % 2 == 0).map(|e| decode(case.kv_dtype, &case.kv, e)).collect();
+    let k_ms = keys.iter().map(|k| k * k).sum::<f64>() / keys.len().max(1) as f64;
+    let k_scale = case.k_scale.unwrap_or(1.0) as f64;
+    (d as f64).sqrt() * q_ms.sqrt() * k_ms.sqrt() * k_scale * case.sm_scale as f64
+}
+
+/// Scales q (rounded to its dtype) so that [`logit_spread`] becomes `spread`: peaky logits.
+pub fn make_peaky(case: &mut Case, spread: f64) {
+    let factor = spread / logit_spread(case).max(1e-12);
+    let elems = case.max_tokens * case.num_q_heads * case.head_dim;
+    let q: Vec<f64> = (0..elems).map(|i| decode(case.q_dtype, &case.q, i) * factor).collect();
+    case.q = encode(case.q_dtype, &q);
+}
+
+/// A soft cap that bites: 1 to 3 times the case's logit spread (call it after `sm_scale` is set),
+/// so the cap moves the largest logits by 10-50 % (a cap of 5-50 at spread 0.33 moved nothing).
+pub fn biting_cap(case: &Case, rng: &mut impl Rng) -> f32 {
+    (logit_spread(case) * rng.gen_range(1.0..3.0)) as f32
 }
 
 impl Case {
@@ -217,9 +253,11 @@ impl Case {
         .unwrap()
     }
 
-    /// The CPU implementation's output, computed into a poisoned buffer.
+    /// The CPU implementation's output, computed into a NaN-poisoned buffer (0xFF bytes are NaN in
+    /// f32, f16 and bf16; the op never writes NaN for finite inputs, so `is_finite` finds an
+    /// element left unwritten).
     pub fn cpu_output(&self) -> Vec<u8> {
-        let mut out = vec![0xABu8; self.out_bytes()];
+        let mut out = vec![0xFFu8; self.out_bytes()];
         run_cpu(
             &self.spec(),
             &self.q,
@@ -241,6 +279,17 @@ impl Case {
 
     /// The contract computed in float64 for valid metadata: `[max_tokens, Hq, D]`, padding zeros.
     pub fn oracle(&self) -> Vec<f64> {
+        self.oracle_with(Fault::None)
+    }
+
+    /// [`Case::oracle`] with a deliberate fault (`tests/fault_detection.rs`: what the suite's inputs
+    /// and tolerances would let through).
+    pub fn oracle_with(&self, fault: Fault) -> Vec<f64> {
+        self.oracle_of_rows(fault, None)
+    }
+
+    /// [`Case::oracle_with`] on the token rows in `rows` only (others left 0): for long contexts.
+    pub fn oracle_of_rows(&self, fault: Fault, rows: Option<&[usize]>) -> Vec<f64> {
         let (d, nq, nkv) = (self.head_dim, self.num_q_heads, self.num_kv_heads);
         let group = nq / nkv;
         let mask_value = self.mask_value.unwrap_or(-0.7 * f32::MAX) as f64;
@@ -262,6 +311,9 @@ impl Case {
             };
             for r in 0..q_len {
                 let t = q0 + r;
+                if rows.is_some_and(|rows| !rows.contains(&t)) {
+                    continue;
+                }
                 let pos = (kv_len - q_len + r) as i64;
                 for h in 0..nq {
                     let g = h / group;
@@ -272,8 +324,9 @@ impl Case {
                             dot +=
                                 decode(self.q_dtype, &self.q, (t * nq + h) * d + x) * load(j, 2 * g, x, self.k_scale);
                         }
-                        let mut l = dot * self.sm_scale as f64;
-                        if let Some(c) = self.soft_cap {
+                        let sm_scale = if fault == Fault::SmScaleTimes105 { 1.05 } else { 1.0 } * self.sm_scale as f64;
+                        let mut l = dot * sm_scale;
+                        if let Some(c) = self.soft_cap.filter(|_| fault != Fault::IgnoreCap) {
                             l = c as f64 * (l / c as f64).tanh();
                         }
                         let masked =
@@ -283,12 +336,40 @@ impl Case {
                         }
                         *logit = l;
                     }
-                    let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let w: Vec<f64> = logits.iter().map(|l| (l - m).exp()).collect();
-                    let sum: f64 = w.iter().sum();
+                    // Faults that change which keys count (masked keys keep their contract weight:
+                    // with the default mask value it is 0).
+                    let first_visible = self.sliding_window.map_or(0, |w| (pos - w as i64 + 1).max(0)) as usize;
+                    let visible = (pos + 1) as usize - first_visible.min(pos as usize + 1);
+                    let dropped = |j: usize| match fault {
+                        Fault::DropNewestKey => j as i64 == pos && visible > 1,
+                        Fault::DropSecondHalfOfLongRows => visible >= LONG_ROW && j >= first_visible + visible / 2,
+                        _ => false,
+                    };
+                    let softmax = |keys: &dyn Fn(usize) -> bool| {
+                        let m = (0..kv_len).filter(|&j| keys(j)).map(|j| logits[j]).fold(f64::NEG_INFINITY, f64::max);
+                        let w: Vec<f64> =
+                            (0..kv_len).map(|j| if keys(j) { (logits[j] - m).exp() } else { 0.0 }).collect();
+                        let sum: f64 = w.iter().sum();
+                        (w, sum)
+                    };
+                    let parts: Vec<(Vec<f64>, f64)> = if fault == Fault::EqualWeightMerge && kv_len > MERGE_SPLIT {
+                        // Splits of MERGE_SPLIT keys, each normalised alone, averaged with equal
+                        // weights (the partials' softmax sums ignored); splits of masked keys only
+                        // left out, as a kernel skips them.
+                        (0..kv_len.div_ceil(MERGE_SPLIT))
+                            .filter(|&c| (c * MERGE_SPLIT..((c + 1) * MERGE_SPLIT).min(kv_len)).any(|j| j >= first_visible && j as i64 <= pos))
+                            .map(|c| softmax(&|j: usize| j / MERGE_SPLIT == c && !dropped(j)))
+                            .collect()
+                    } else {
+                        vec![softmax(&|j: usize| !dropped(j))]
+                    };
                     for x in 0..d {
-                        let acc: f64 = (0..kv_len).map(|j| w[j] * load(j, 2 * g + 1, x, self.v_scale)).sum();
-                        out[(t * nq + h) * d + x] = acc / sum;
+                        let mut o = 0.0;
+                        for (w, sum) in &parts {
+                            let acc: f64 = (0..kv_len).filter(|&j| w[j] != 0.0).map(|j| w[j] * load(j, 2 * g + 1, x, self.v_scale)).sum();
+                            o += acc / sum / parts.len() as f64;
+                        }
+                        out[(t * nq + h) * d + x] = o;
                     }
                 }
             }
@@ -296,6 +377,28 @@ impl Case {
         out
     }
 }
+
+/// A deliberate fault of the computation, for checking that the tests would catch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// Each row leaves out its newest visible key (where it sees more than one).
+    DropNewestKey,
+    /// The soft cap is not applied.
+    IgnoreCap,
+    /// Keys in splits of [`MERGE_SPLIT`], each split's softmax alone, the splits averaged with equal
+    /// weights instead of by their softmax sums.
+    EqualWeightMerge,
+    /// `sm_scale` 5 % too large.
+    SmScaleTimes105,
+    /// Rows that see [`LONG_ROW`] keys or more lose the second half of them (a lost split).
+    DropSecondHalfOfLongRows,
+}
+
+/// The split size of [`Fault::EqualWeightMerge`].
+pub const MERGE_SPLIT: usize = 256;
+/// The shortest row [`Fault::DropSecondHalfOfLongRows`] affects.
+pub const LONG_ROW: usize = 512;
 
 /// Environment variable that replays a test's random inputs: the seed its output printed.
 pub const TEST_SEED_ENV_VAR: &str = "XGK_TEST_SEED";
@@ -309,36 +412,105 @@ pub fn seeded_rng() -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
-/// Tolerance per output dtype: |got - want| <= atol + rtol * |want|.
-pub fn tolerance(dtype: DType) -> (f64, f64) {
+/// Row tolerance per output dtype, `(rtol, floor)`: a row (one token and q head, `head_dim`
+/// elements) passes when `max |got - want| <= rtol * max |want| + floor` over the row, both
+/// times [`value_scale`] for scaled KV.
+///
+/// Why these bounds: the kernels round the softmax probabilities to q's dtype for the P.V product
+/// (relative 2^-9 in bf16, 2^-11 in f16) and the output to q's dtype (half an ulp of each
+/// element, at most 2^-9 / 2^-11 of the row's largest); the reference rounds its output once
+/// more. Measured on an H100 against an f32 reference at up to 128k keys, with peaky logits and
+/// caps that bite, every row agreed to 0.7 % (bf16), 0.07 % (f16), 3e-6 (f32) of its largest
+/// element (issue 50); the bounds are about 3x those: 2e-2, 3e-3, 1e-4 (f32: also the CPU
+/// reference's sequential f32 sums over 128k keys, about sqrt(N) * 2^-24 = 2e-5 relative). The
+/// floor (rtol / 1000) only serves rows whose reference is 0 (nothing visible). Before issue 50
+/// the bound was per element, `atol + rtol * |want|` with atol 1.6e-2 (bf16): as large as outputs
+/// of 0.002-0.05, so a zeroed long row passed.
+pub fn row_tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
-        DType::F32 => (2e-5, 2e-4),
-        DType::F16 => (2e-3, 4e-3),
-        _ => (1.6e-2, 1.6e-2),
+        DType::F32 => (1e-4, 1e-7),
+        DType::F16 => (3e-3, 3e-6),
+        _ => (2e-2, 2e-5),
     }
 }
 
-/// Compares an output buffer with the oracle on every row (padding rows must be exactly 0).
-/// Returns the worst absolute error on valid rows.
+/// The outcome of comparing rows: the worst `max|got - want| / max|want|` over rows whose
+/// reference is not all zero, and the worst error over its bound (> 1: fails) with where.
+#[derive(Clone, Debug, Default)]
+pub struct RowErrors {
+    pub worst_rel: f64,
+    pub worst_ratio: f64,
+    pub worst_at: String,
+    pub bad_rows: usize,
+}
+
+/// Compares `rows` rows of `row_len` elements (`got(i)`, `want(i)` for element `i`) under
+/// [`row_tolerance`] of `dtype` times `scale`.
+pub fn row_errors(
+    dtype: DType,
+    rows: usize,
+    row_len: usize,
+    got: impl Fn(usize) -> f64,
+    want: impl Fn(usize) -> f64,
+    scale: f64,
+) -> RowErrors {
+    let (rtol, floor) = row_tolerance(dtype);
+    let mut r = RowErrors::default();
+    for row in 0..rows {
+        let (mut err, mut big) = (0.0f64, 0.0f64);
+        let mut at = (0, 0.0, 0.0);
+        for i in row * row_len..(row + 1) * row_len {
+            let (g, w) = (got(i), want(i));
+            let e = (g - w).abs();
+            if !(e <= err) {
+                err = if e.is_nan() { f64::INFINITY } else { e };
+                at = (i, g, w);
+            }
+            big = big.max(w.abs());
+        }
+        let bound = (rtol * big + floor) * scale;
+        if big > 0.0 {
+            r.worst_rel = r.worst_rel.max(err / big);
+        }
+        if err > bound {
+            r.bad_rows += 1;
+        }
+        if err / bound > r.worst_ratio {
+            r.worst_ratio = err / bound;
+            r.worst_at = format!(
+                "row {row} (token * q heads + head): element {} got {} want {}, row error {err:.3e} over row max \
+                 {big:.3e} = {:.3e} relative, bound {bound:.3e}",
+                at.0, at.1, at.2, err / big.max(f64::MIN_POSITIVE)
+            );
+        }
+    }
+    r
+}
+
+/// Compares an output buffer with the oracle on every valid row under [`row_tolerance`] (padding
+/// rows must be exactly 0). Returns the worst row-relative error.
 pub fn assert_close(case: &Case, got: &[u8], want: &[f64], label: &str) -> f64 {
-    let (atol, rtol) = tolerance(case.q_dtype);
     let row = case.num_q_heads * case.head_dim;
-    let mut worst = 0.0f64;
-    for (i, &w) in want.iter().enumerate() {
+    for (i, _) in want.iter().enumerate() {
         let g = decode(case.q_dtype, got, i);
-        assert!(g.is_finite(), "{label}: non-finite output {g} at {i}");
+        assert!(g.is_finite(), "{label}: non-finite output {g} at {i} (unwritten: the buffer is NaN-poisoned)");
         if i / row >= case.valid_rows() {
             assert_eq!(g, 0.0, "{label}: padding row {} not zero", i / row);
-            continue;
         }
-        let err = (g - w).abs();
-        worst = worst.max(err);
-        assert!(err <= atol + rtol * w.abs(), "{label}: element {i} (row {}): got {g}, want {w}, err {err}", i / row);
     }
-    worst
+    let r = row_errors(
+        case.q_dtype,
+        case.valid_rows() * case.num_q_heads,
+        case.head_dim,
+        |i| decode(case.q_dtype, got, i),
+        |i| want[i],
+        value_scale(case),
+    );
+    assert!(r.worst_ratio <= 1.0, "{label}: {} rows off; worst {}", r.bad_rows, r.worst_at);
+    r.worst_rel
 }
 
-/// How much larger than q's dtype's tolerance an output may differ: the largest scaled V value
+/// How much larger than q's dtype's row tolerance an output may differ: the largest scaled V value
 /// over [`TOLERANCE_VALUE_RANGE`], times `k_scale` where it exceeds 1, at least 1. With scales the
 /// reference rounds `K * k_scale` and `V * v_scale` to q's dtype, where the kernels keep fp8 K and V
 /// exact and scale in f32. The rounding of V moves an output by errors relative to the values'
@@ -360,31 +532,69 @@ pub fn value_scale(case: &Case) -> f64 {
         .map(|e| decode(case.kv_dtype, &case.kv, e).abs())
         .fold(0.0f64, f64::max);
     let logit_scale = case.k_scale.map_or(1.0, |k| (k as f64).max(1.0));
-    (largest * v_scale as f64 / TOLERANCE_VALUE_RANGE * logit_scale).max(1.0)
+    // The reference's rounding of `K * k_scale` moves each logit by about |logit| * eps of q's
+    // dtype: with peaky logits (spread 2-4, largest logits ~4x that) the output moves by a few
+    // eps relative to the row (issue 50: 1.6x the row tolerance at spread 4 without this).
+    // A power-of-two `k_scale` (the tests' default 0.5) scales fp8 and 16-bit keys exactly: no
+    // such rounding, no widening.
+    let k_exact = case.k_scale.is_none_or(|k| k.to_bits() & 0x7f_ffff == 0);
+    let peaky = if k_exact { 1.0 } else { (logit_spread(case) / 1.5).max(1.0) };
+    (largest * v_scale as f64 / TOLERANCE_VALUE_RANGE).max(1.0) * logit_scale * peaky
 }
 
 /// The magnitude of V values that q's fixed tolerance was set for: the tests' fp8 V (`random_fp8`
 /// up to 4).
 pub const TOLERANCE_VALUE_RANGE: f64 = 4.0;
 
-/// Worst |gpu - cpu| over all rows; asserts the tolerance (scaled by [`value_scale`]) and that
-/// every element was written.
+/// Worst row-relative |gpu - cpu| over all rows; asserts [`row_tolerance`] (scaled by
+/// [`value_scale`]) and that every element was written.
 pub fn compare(case: &Case, gpu: &[u8], cpu: &[u8], label: &str) -> f64 {
     compare_scaled(case, gpu, cpu, label, value_scale(case))
 }
 
 /// [`compare`] with `value_scale(case)` given: for a test comparing one case many times
-/// (`value_scale` reads the whole KV pool).
+/// (`value_scale` reads the whole KV pool). Every row, padding included, under [`row_tolerance`];
+/// returns the worst row-relative error `max|gpu - cpu| / max|cpu|`.
 pub fn compare_scaled(case: &Case, gpu: &[u8], cpu: &[u8], label: &str, value_scale: f64) -> f64 {
-    let (atol, rtol) = tolerance(case.q_dtype);
-    let atol = atol * value_scale;
-    let mut worst = 0.0f64;
-    for i in 0..case.max_tokens * case.num_q_heads * case.head_dim {
-        let (g, c) = (decode(case.q_dtype, gpu, i), decode(case.q_dtype, cpu, i));
+    let elems = case.max_tokens * case.num_q_heads * case.head_dim;
+    for i in 0..elems {
+        let g = decode(case.q_dtype, gpu, i);
         assert!(g.is_finite(), "{label}: element {i} not written (poison {g})");
-        let err = (g - c).abs();
-        worst = worst.max(err);
-        assert!(err <= atol + rtol * c.abs(), "{label}: element {i}: gpu {g} cpu {c}");
     }
-    worst
+    let r = row_errors(
+        case.q_dtype,
+        case.max_tokens * case.num_q_heads,
+        case.head_dim,
+        |i| decode(case.q_dtype, gpu, i),
+        |i| decode(case.q_dtype, cpu, i),
+        value_scale,
+    );
+    assert!(r.worst_ratio <= 1.0, "{label}: {} rows off; worst {}", r.bad_rows, r.worst_at);
+    r.worst_rel
+}
+
+/// The first, middle and last token row of every valid sequence: the rows a long-context test
+/// checks against [`Case::oracle_of_rows`].
+pub fn sampled_rows(case: &Case) -> Vec<usize> {
+    let mut rows = vec![];
+    for s in 0..case.num_seqs as usize {
+        let (a, b) = (case.cu_q_lens[s] as usize, case.cu_q_lens[s + 1] as usize);
+        if b > a {
+            rows.extend([a, (a + b) / 2, b - 1]);
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// Compares the token rows `rows` of an output with the float64 oracle's (from
+/// [`Case::oracle_of_rows`]) under [`row_tolerance`]; returns the worst row-relative error.
+pub fn assert_rows_close(case: &Case, got: &[u8], want: &[f64], rows: &[usize], label: &str) -> f64 {
+    let row = case.num_q_heads * case.head_dim;
+    let (hq, d) = (case.num_q_heads, case.head_dim);
+    let at = |k: usize| rows[k / row] * row + k % row;
+    let r = row_errors(case.q_dtype, rows.len() * hq, d, |k| decode(case.q_dtype, got, at(k)), |k| want[at(k)], value_scale(case));
+    assert!(r.worst_ratio <= 1.0, "{label}: {} sampled rows off against the float64 oracle; worst {}", r.bad_rows, r.worst_at);
+    r.worst_rel
 }

@@ -48,6 +48,7 @@ def test_on_four_cpu_devices(four_devices, name):
     done, results = four_devices
     assert name in results, f"check {name} did not report (crash?):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     assert results[name]["ok"], results[name]["detail"]
+    print(f"{name}: {results[name]['detail']}")  # what ran, and what did not (never silently)
 
 
 def test_every_check_passed_and_process_exited_cleanly(four_devices):

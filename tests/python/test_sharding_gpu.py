@@ -52,6 +52,7 @@ def test_on_the_gpus(gpu_checks, name):
     done, results = gpu_checks
     assert name in results, f"check {name} did not report (crash?):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     assert results[name]["ok"], results[name]["detail"]
+    print(f"{name}: {results[name]['detail']}")  # what ran, and what did not (never silently)
 
 
 def _case(seed, **kw):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import xla_gpu_kernels.torch as xt
-from rpa_cases import check_close, random_cases
+from rpa_cases import case_seed, check_case, dense_reference_array, random_cases
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
@@ -83,7 +83,8 @@ def test_errors_are_python_exceptions():
         xt.simple_add(torch.ones(4, dtype=torch.int32), torch.ones(4, dtype=torch.int32))
 
 
-CASES = random_cases(seed=np.random.SeedSequence().entropy % 2**32, count=14)
+SEED = case_seed()
+CASES = random_cases(seed=SEED, count=14)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -93,7 +94,38 @@ def test_paged_attention_matches_jax_reference(device, label, case):
     t = [to_torch(a, device) for a in args]
     ours = torch.ops.xla_gpu.paged_attention(*t, **attrs)
     assert ours.shape == t[0].shape and ours.dtype == t[0].dtype and ours.device == t[0].device
-    check_close(ours.float().cpu().numpy(), jax_reference(args, attrs), args[4], args[5], args[0].dtype, label)
+    ours = ours.float().cpu().numpy()
+    check_case(ours, jax_reference(args, attrs), case, label)
+    check_case(ours, dense_reference_array(args, attrs), case, label + " (dense reference)")
+
+
+def test_python_kernels_compute_paged_attention():
+    """The Python fallback kernels (XGK_TORCH_KERNELS=python: ctypes into the C API) pass the
+    attributes through: paged attention against the independent dense reference (a fallback that
+    forced sm_scale to 1 or dropped the cap passed before issue 50), on CPU, and on CUDA where
+    there is a GPU."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"""
+import sys; sys.path.insert(0, {here!r})
+import torch, xla_gpu_kernels.torch as xt
+import mutants; mutants.install_from_env()  # scripts/mutation_check.sh (XGK_MUTANT); nothing otherwise
+from rpa_cases import check_case, dense_reference_array, random_cases
+from test_torch import to_torch
+assert xt.KERNELS == {{'CPU': 'python', 'CUDA': 'python'}}, xt.KERNELS
+devices = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+for label, case in random_cases({SEED}, 14):
+    args, attrs = case
+    for device in devices:
+        ours = torch.ops.xla_gpu.paged_attention(*[to_torch(a, device) for a in args], **attrs)
+        check_case(ours.float().cpu().numpy(), dense_reference_array(args, attrs), case, f'{{label}} {{device}}')
+print('ok', devices)
+"""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(xt.__file__)))
+    env = dict(os.environ, XGK_TORCH_KERNELS="python",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    print(out.stdout.splitlines()[-1])
 
 
 def test_paged_attention_bad_input_raises():
