@@ -68,10 +68,17 @@ def test_simple_add_matches_torch(device, dtype, n):
 
 @pytest.mark.gpu
 def test_cuda_op_runs_on_the_current_stream():
+    """The op is enqueued on torch's current stream: on a side stream it reads `b` only after the
+    side stream's own work (a spin, then the copy that writes `b`) is done; on any other stream it
+    would read `b` before the copy. (`a` is written on the default stream, so the side stream
+    waits for it first: torch's rule for tensors shared between streams.)"""
     s = torch.cuda.Stream()
     a = torch.rand(1 << 20, device="cuda")
+    s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        out = torch.ops.xla_gpu.simple_add(a, a)
+        torch.cuda._sleep(50_000_000)  # ~25 ms of spinning on the side stream
+        b = a.clone()
+        out = torch.ops.xla_gpu.simple_add(b, b)
     s.synchronize()
     torch.testing.assert_close(out, 2 * a, rtol=0, atol=0)
 
