@@ -1,6 +1,7 @@
-"""Multi-device checks of xla_gpu_kernels.sharding, run in a fresh process (JAX reads the device
-count once): on CPU with `--xla_force_host_platform_device_count=4` (our Host handler on each
-"device"), or on the GPUs of a GPU machine.
+"""Multi-device checks of xla_gpu_kernels.sharding and of xla_gpu_kernels.jax.ragged_paged_attention
+(which partitions itself under jax.jit), run in a fresh process (JAX reads the device count once):
+on CPU with `--xla_force_host_platform_device_count=4` (our Host handler on each "device"), or on
+the GPUs of a GPU machine.
 
     python tests/python/sharding_multidevice.py [--tolerance] [--seed N] [--only NAME ...]
 
@@ -344,6 +345,21 @@ def check_main_entry_point_partitions_itself():
     counts = collectives(jax.jit(lambda *a: xk._local_op(*a, xk._static_attrs(**attrs, custom_call_api_version=4)))
                          .lower(*placed).compile().as_text())
     assert counts["all-gather"] >= 1, f"control: the unpartitioned call should gather: {counts}"
+    # Other axes sharded (tokens, pages, head_dim, metadata): replicated for the call (XLA
+    # gathers them), heads still split where they are; the one-device result.
+    args, attrs = case(98, kv_heads=4, group=2)
+    if args[1].shape[0] % 2:  # an even page count (an unused page) so that pages can be split
+        args = (args[0], jnp.concatenate([args[1], jnp.zeros_like(args[1][:1])])) + args[2:]
+    ref = xk.ragged_paged_attention(*args, **attrs)
+    mesh = mesh_of(4, ("a", "b"), shape=(2, 2))
+    f = jax.jit(lambda *a: xk.ragged_paged_attention(*a, **attrs))
+    for label, q_spec, kv_spec, meta_spec in (
+            ("tokens", ("a", None, None), (None, None, None, None), ("a",)),
+            ("pages + heads", (None, "b", None), ("a", None, "b", None), (None,)),
+            ("head_dim + heads", (None, "b", "a"), (None, None, "b", "a"), (None,))):
+        placed = (jax.device_put(args[0], tp(mesh, *q_spec)), jax.device_put(args[1], tp(mesh, *kv_spec)),
+                  jax.device_put(args[2], tp(mesh, *meta_spec))) + args[3:]
+        same(f(*placed), ref, args, f"main entry, {label} sharded")
     # Under vmap (a leading pool axis) it is the plain call, one entry after another.
     args, attrs = case(99, kv_heads=2, group=2)
     batched = tuple(jnp.stack([a, a]) for a in args)
