@@ -345,9 +345,16 @@ def check_main_entry_point_partitions_itself():
     counts = collectives(jax.jit(lambda *a: xk._local_op(*a, xk._static_attrs(**attrs, custom_call_api_version=4)))
                          .lower(*placed).compile().as_text())
     assert counts["all-gather"] >= 1, f"control: the unpartitioned call should gather: {counts}"
+    # Under vmap (a leading pool axis) it is the plain call, one entry after another.
+    args, attrs = case(99, kv_heads=2, group=2)
+    batched = tuple(jnp.stack([a, a]) for a in args)
+    out = jax.jit(jax.vmap(lambda *a: xk.ragged_paged_attention(*a, **attrs)))(*batched)
+    same(out[1], xk.ragged_paged_attention(*args, **attrs), args, "main entry under vmap")
     # Other axes sharded (tokens, pages, head_dim, metadata): replicated for the call (XLA
     # gathers them), heads still split where they are; the one-device result.
     args, attrs = case(98, kv_heads=4, group=2)
+    if ndev() < 4:
+        return f"{ran} of {len(GEOMETRIES)} geometries ({ndev()} devices); other axes need 4 devices"
     if args[1].shape[0] % 2:  # an even page count (an unused page) so that pages can be split
         args = (args[0], jnp.concatenate([args[1], jnp.zeros_like(args[1][:1])])) + args[2:]
     ref = xk.ragged_paged_attention(*args, **attrs)
@@ -360,11 +367,6 @@ def check_main_entry_point_partitions_itself():
         placed = (jax.device_put(args[0], tp(mesh, *q_spec)), jax.device_put(args[1], tp(mesh, *kv_spec)),
                   jax.device_put(args[2], tp(mesh, *meta_spec))) + args[3:]
         same(f(*placed), ref, args, f"main entry, {label} sharded")
-    # Under vmap (a leading pool axis) it is the plain call, one entry after another.
-    args, attrs = case(99, kv_heads=2, group=2)
-    batched = tuple(jnp.stack([a, a]) for a in args)
-    out = jax.jit(jax.vmap(lambda *a: xk.ragged_paged_attention(*a, **attrs)))(*batched)
-    same(out[1], xk.ragged_paged_attention(*args, **attrs), args, "main entry under vmap")
     return f"{ran} of {len(GEOMETRIES)} geometries ({ndev()} devices)"
 
 
