@@ -3,9 +3,9 @@
 One package for every framework; each submodule imports its framework lazily:
 
 - ``xla_gpu_kernels.jax``: ``register()``, ``simple_add``, ``ragged_paged_attention`` (JAX on CUDA
-  and CPU, under ``jax.jit``/``vmap``).
-- ``xla_gpu_kernels.sharding``: the JAX op on several devices: ``ragged_paged_attention`` partitioned
-  over heads under ``jax.jit`` (tensor parallel), ``ragged_paged_attention_sharded`` (shard_map over a
+  and CPU, under ``jax.jit``/``vmap``; partitions itself over heads under ``jax.jit``).
+- ``xla_gpu_kernels.sharding``: the JAX op on several devices: ``ragged_paged_attention`` (the same
+  op, tensor parallel under ``jax.jit``), ``ragged_paged_attention_sharded`` (shard_map over a
   mesh: ``head_axis`` and/or ``data_axis``), ``head_shardings``.
 - ``xla_gpu_kernels.torch``: ``torch.ops.xla_gpu.simple_add`` / ``paged_attention`` (CUDA, CPU,
   XLA and fake implementations).

@@ -11,13 +11,14 @@ Registration pairs (see shared reference, "api_version means two things"):
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _capi, _contract
+from . import _capi, _contract, _heads
 from ._library import load_library
 
 SIMPLE_ADD = "xla_gpu_simple_add"
@@ -97,23 +98,71 @@ def ragged_paged_attention(
 
     ``custom_call_api_version=2`` calls the legacy ``XlaGpuPagedAttention`` symbol (CUDA only).
     Under ``vmap`` (a leading batch axis on every operand) the calls run one after another.
+
+    Several devices (tensor parallel): the op partitions itself under ``jax.jit``
+    (``jax.experimental.custom_partitioning``, a Shardy rule and GSPMD callbacks). With q sharded
+    on its head axis (axis 1) and kv_pages on its combined K/V head axis (axis 2) over the same
+    mesh axis, e.g. ``P(None, 'tp', None)`` and ``P(None, None, 'tp', None)``, each device calls
+    the kernel on its own heads (whole KV heads and their GQA groups), with no all-gather of q or
+    the pool, and the output is sharded like q. Sharded tokens, pages, head_dim or metadata are
+    gathered by XLA (replicated). Inside ``jax.shard_map`` the operands are the local blocks and
+    this is the plain call. A head split that does not give every device whole KV heads (a
+    device count that does not divide ``num_kv_heads``, or q and kv_pages split over different
+    mesh axes) is a ``ValueError``: before tracing where the shardings are known (concrete
+    arrays, Explicit mesh axes), else when XLA partitions the call (``.compile()`` or the first
+    call of the jitted function).
     """
     del num_kv_pages_per_block, num_queries_per_block, vmem_limit_bytes  # TPU tuning knobs
     register()
     q, kv_pages = jnp.asarray(q), jnp.asarray(kv_pages)
     kv_lens, page_indices = jnp.asarray(kv_lens), jnp.asarray(page_indices)
     cu_q_lens, num_seqs = jnp.asarray(cu_q_lens), jnp.asarray(num_seqs)
+    _check_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
+                           sliding_window=sliding_window, soft_cap=soft_cap, mask_value=mask_value, k_scale=k_scale,
+                           v_scale=v_scale)
+    if custom_call_api_version not in (2, 4):
+        raise ValueError(f"custom_call_api_version must be 2 or 4, got {custom_call_api_version}")
+    attrs = _static_attrs(sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap, mask_value=mask_value,
+                          k_scale=k_scale, v_scale=v_scale, custom_call_api_version=custom_call_api_version)
+    operands = (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs)
+    _heads.check_known_split(q, kv_pages)
+    if _heads.inside_manual_mesh():
+        # Inside jax.shard_map the operands are the local blocks: the plain call. (A shard_map
+        # manual over only some axes cannot host custom partitioning: XLA fails or aborts.)
+        return _local_op(*operands, attrs)
+    return _entry(*operands, attrs)
+
+
+def _check_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **attrs):
     _contract.check_paged_attention(
         q.shape, q.dtype, kv_pages.shape, kv_pages.dtype, kv_lens.shape, page_indices.shape, cu_q_lens.shape,
         num_seqs.shape,
         {"kv_lens": kv_lens.dtype, "page_indices": page_indices.dtype, "cu_q_lens": cu_q_lens.dtype,
          "num_seqs": num_seqs.dtype},
-        sliding_window=sliding_window, soft_cap=soft_cap, sm_scale=sm_scale, mask_value=mask_value,
-        k_scale=k_scale, v_scale=v_scale,
+        sliding_window=attrs.get("sliding_window"), soft_cap=attrs.get("soft_cap"),
+        sm_scale=attrs.get("sm_scale", 1.0), mask_value=attrs.get("mask_value"), k_scale=attrs.get("k_scale"),
+        v_scale=attrs.get("v_scale"),
     )
+
+
+def _static_attrs(**attrs) -> tuple:
+    """The attributes as a hashable, sorted tuple of Python numbers (a jit static argument)."""
+    out = []
+    for name, value in sorted(attrs.items()):
+        if value is not None:
+            value = int(value) if name in ("sliding_window", "custom_call_api_version") else float(value)
+        out.append((name, value))
+    return tuple(out)
+
+
+def _local_op(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs):
+    """The custom call on the shapes it is given (one device, or one device's blocks)."""
+    attrs = dict(attrs)
+    sm_scale, sliding_window, soft_cap = attrs.get("sm_scale", 1.0), attrs.get("sliding_window"), attrs.get("soft_cap")
+    mask_value, k_scale, v_scale = attrs.get("mask_value"), attrs.get("k_scale"), attrs.get("v_scale")
     out = jax.ShapeDtypeStruct(q.shape, q.dtype)
     operands = (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs)
-    if custom_call_api_version == 2:
+    if attrs.get("custom_call_api_version", 4) == 2:
         opaque = _contract.paged_attention_opaque(
             q.shape, q.dtype, kv_pages.shape, kv_pages.dtype, kv_lens.shape[0], page_indices.shape[1],
             sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap, mask_value=mask_value,
@@ -123,20 +172,39 @@ def ragged_paged_attention(
             LEGACY_PAGED_ATTENTION, out, vmap_method="sequential", custom_call_api_version=2,
             legacy_backend_config=opaque,
         )(*operands)
-    if custom_call_api_version != 4:
-        raise ValueError(f"custom_call_api_version must be 2 or 4, got {custom_call_api_version}")
-    attrs = {"sm_scale": np.float32(sm_scale)}
+    ffi_attrs = {"sm_scale": np.float32(sm_scale)}
     if sliding_window is not None:
-        attrs["sliding_window"] = np.int64(sliding_window)
+        ffi_attrs["sliding_window"] = np.int64(sliding_window)
     for name, value in (("soft_cap", soft_cap), ("mask_value", mask_value), ("k_scale", k_scale), ("v_scale", v_scale)):
         if value is not None:
-            attrs[name] = np.float32(value)
+            ffi_attrs[name] = np.float32(value)
     signature = _capi.paged_attention_signature(q.shape, q.dtype, kv_pages.shape, kv_pages.dtype, kv_lens.shape[0],
                                                 page_indices.shape[1])
     c_attrs = _capi.attrs(sm_scale, sliding_window, soft_cap, mask_value, k_scale, v_scale)
+    # The workspace is per call: under partitioning, sized for this device's blocks.
     workspace = jax.ShapeDtypeStruct((workspace_bytes(signature, c_attrs),), jnp.uint8)
-    result, _ = jax.ffi.ffi_call(PAGED_ATTENTION, (out, workspace), vmap_method="sequential")(*operands, **attrs)
+    result, _ = jax.ffi.ffi_call(PAGED_ATTENTION, (out, workspace), vmap_method="sequential")(*operands, **ffi_attrs)
     return result
+
+
+# Partitions over heads under jit (custom_partitioning has no batching rule: custom_vmap sends
+# vmap to the plain call, which runs the batch entries one after another).
+_partitioned = _heads.make_partitioned(_local_op)
+
+
+@functools.partial(jax.jit, static_argnums=(6,))
+def _entry(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs):
+    @jax.custom_batching.custom_vmap
+    def op(*operands):
+        return _partitioned(*operands, attrs)
+
+    @op.def_vmap
+    def _batched(axis_size, in_batched, *operands):
+        del axis_size
+        in_axes = tuple(0 if b else None for b in in_batched)
+        return jax.vmap(lambda *a: _local_op(*a, attrs), in_axes=in_axes)(*operands), True
+
+    return op(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs)
 
 
 def _gpu_ordinals() -> tuple[int, ...]:

@@ -10,11 +10,12 @@ result is the one-device result. The split needs ``n`` to divide ``num_kv_heads`
 
 Three entry points:
 
-- :func:`ragged_paged_attention`: the op of ``xla_gpu_kernels.jax`` with the same signature,
-  wrapped in ``jax.experimental.custom_partitioning``. Under ``jax.jit`` with inputs sharded over
-  heads (``q`` on axis 1, ``kv_pages`` on axis 2, metadata replicated: :func:`head_shardings`
-  builds them) XLA runs one custom call per device on its local heads, with no all-gather of q or
-  of the KV pool (Shardy and GSPMD). Unsharded, or inside ``jax.shard_map``, it is the plain op.
+- :func:`ragged_paged_attention`: ``xla_gpu_kernels.jax.ragged_paged_attention`` itself, which
+  partitions itself (``jax.experimental.custom_partitioning``, in ``_heads.py``). Under ``jax.jit``
+  with inputs sharded over heads (``q`` on axis 1, ``kv_pages`` on axis 2, metadata replicated:
+  :func:`head_shardings` builds them) XLA runs one custom call per device on its local heads, with
+  no all-gather of q or of the KV pool (Shardy and GSPMD). Unsharded, or inside
+  ``jax.shard_map``, it is the plain call.
 - :func:`ragged_paged_attention_sharded`: the same through ``jax.shard_map`` over a mesh you name
   (``head_axis`` for tensor parallel, ``data_axis`` for data parallel, or both); checks the head
   split before anything is traced.
@@ -27,15 +28,13 @@ metadata: its sequences, its pages), sharded over ``data_axis``; each device run
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from . import _contract
+from . import _heads
 from . import jax as _xk
 
 __all__ = [
@@ -49,42 +48,9 @@ _ATTR_NAMES = ("sm_scale", "sliding_window", "soft_cap", "mask_value", "k_scale"
                "num_kv_pages_per_block", "num_queries_per_block", "vmem_limit_bytes", "custom_call_api_version")
 
 
-def _axis_names(entry) -> tuple:
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
-
-
-def _axes_size(mesh, entry) -> int:
-    return math.prod(mesh.shape[a] for a in _axis_names(entry))
-
-
-def check_head_split(num_q_heads: int, num_kv_heads: int, num_shards: int, where: str = "") -> None:
-    """Raises ``ValueError`` unless ``num_shards`` devices can each take whole KV heads (with their
-    K/V pairs and the GQA groups of query heads that use them)."""
-    if num_q_heads <= 0 or num_kv_heads <= 0:
-        raise ValueError(f"ragged_paged_attention: head counts must be > 0, got {num_q_heads} query heads / "
-                         f"{num_kv_heads} KV heads")
-    if num_shards <= 1:
-        return
-    where = f" ({where})" if where else ""
-    if num_kv_heads % num_shards or num_q_heads % num_shards:
-        raise ValueError(
-            f"ragged_paged_attention: cannot split {num_q_heads} query heads / {num_kv_heads} KV heads over "
-            f"{num_shards} devices{where}: tensor parallelism gives each device whole KV heads (K and V together) "
-            f"and their query-head groups, so the device count must divide num_kv_heads ({num_kv_heads}); "
-            f"use a mesh axis of a size that divides {num_kv_heads}, or replicate the heads")
-
-
-def head_shardings(mesh: Mesh, head_axis: Any = "model"):
-    """``(q, kv_pages, metadata)`` NamedShardings for tensor parallelism over ``head_axis`` (a mesh
-    axis name or a tuple of them): q split on its head axis, kv_pages on its combined K/V head axis,
-    metadata replicated."""
-    return (NamedSharding(mesh, P(None, head_axis, None)), NamedSharding(mesh, P(None, None, head_axis, None)),
-            NamedSharding(mesh, P()))
-
-
-# --- automatic partitioning (custom_partitioning) ---------------------------------------------------
+_axis_names, _axes_size = _heads.axis_names, _heads.axes_size
+check_head_split = _heads.check_head_split
+head_shardings = _heads.head_shardings
 
 
 def _static_attrs(kwargs: dict) -> tuple:
@@ -94,150 +60,17 @@ def _static_attrs(kwargs: dict) -> tuple:
     return tuple(sorted(kwargs.items()))
 
 
-def _call_op(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs):
-    return _xk.ragged_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **dict(attrs))
-
-
-_partitioned = custom_partitioning(_call_op, static_argnums=(6,))
-
-
-def _head_entry(arg_shapes):
-    """The mesh axes the heads are split over: q's head axis, else kv_pages' combined axis."""
-    q, kv = arg_shapes[0].sharding, arg_shapes[1].sharding
-    for sharding, dim in ((q, 1), (kv, 2)):
-        if not isinstance(sharding, NamedSharding):
-            raise ValueError(
-                "ragged_paged_attention: sharded inputs need a NamedSharding (a jax.sharding.Mesh), got "
-                f"{type(sharding).__name__}")
-        spec = tuple(sharding.spec) + (None,) * 4
-        if spec[dim] is not None:
-            return sharding.mesh, spec[dim]
-    return q.mesh, None
-
-
-def _result_and_args(attrs, arg_shapes):
-    mesh, entry = _head_entry(arg_shapes)
-    q_shape, kv_shape = arg_shapes[0].shape, arg_shapes[1].shape
-    check_head_split(q_shape[1], kv_shape[2] // 2, _axes_size(mesh, entry), f"mesh axes {_axis_names(entry)}")
-    q_sharding, kv_sharding, replicated = head_shardings(mesh, entry)
-    return mesh, q_sharding, (q_sharding, kv_sharding) + (replicated,) * 4
-
-
-def _partition(attrs, mesh, arg_shapes, result_shape):
-    del mesh, result_shape
-    mesh, out_sharding, arg_shardings = _result_and_args(attrs, arg_shapes)
-
-    def lower_fn(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs):
-        return _call_op(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs)
-
-    return mesh, lower_fn, out_sharding, arg_shardings
-
-
-def _infer_sharding_from_operands(attrs, mesh, arg_shapes, result_shape):
-    """GSPMD only (Shardy uses the rule). Must not raise: XLA aborts the process on an error here;
-    an impossible split is reported by ``_partition``."""
-    del attrs, result_shape
-    try:
-        mesh, entry = _head_entry(arg_shapes)
-        check_head_split(arg_shapes[0].shape[1], arg_shapes[1].shape[2] // 2, _axes_size(mesh, entry))
-    except ValueError:
-        entry = None
-    return NamedSharding(mesh, P(None, entry, None))
-
-
-def _sharding_rule(attrs, mesh, operand_types, result_types):
-    """Shardy rule: q heads = (kv head k, group member g), kv_pages axis 2 = (kv head k, K/V c); only
-    the kv-head factor k may be sharded. Shardy rejects size-1 factors inside compound factors, so
-    those are left out, and wants the special factors listed in order of first appearance."""
-    del attrs, mesh, result_types
-    from jax._src.lib.mlir import ir  # the types the rule callback receives
-
-    q_heads = ir.ShapedType(operand_types[0]).shape[1]
-    kv_heads = ir.ShapedType(operand_types[1]).shape[2] // 2
-    group = q_heads // kv_heads
-    sizes = {"k": kv_heads, "g": group, "c": 2}
-
-    def dim(factors):
-        factors = [f for f in factors if sizes[f] > 1]
-        return factors[0] if len(factors) == 1 else "(" + " ".join(factors) + ")"
-
-    q_dim = dim(["k", "g"]) if q_heads > 1 else "h"
-    kv_dim = dim(["k", "c"])
-    rule = f"t {q_dim} d, p s {kv_dim} d, m, m n, m1, o -> t {q_dim} d"
-    whole = {d for d in (q_dim, kv_dim) if not d.startswith("(")}  # sizes come from the dimension
-    compound = {f: sizes[f] for d in (q_dim, kv_dim) if d.startswith("(") for f in d[1:-1].split() if f not in whole}
-    order = ["t", "k", "g", "h", "d", "p", "s", "c", "m", "n", "m1", "o"]
-    used = set(rule.replace("(", " ").replace(")", " ").replace(",", " ").split()) - {"->"}
-    replicated = tuple(f for f in order if f in used and f != "k")
-    return rule, dict(compound, need_replication_factors=replicated)
-
-
-_partitioned.def_partition(partition=_partition, infer_sharding_from_operands=_infer_sharding_from_operands,
-                           sharding_rule=_sharding_rule)
-_partitioned_jit = jax.jit(_partitioned, static_argnums=(6,))
-
-
-def _known_head_split(x, dim):
-    """(mesh axes, device count) of ``x``'s dimension ``dim`` where the sharding is known before
-    tracing (a concrete array, or a tracer with an Explicit mesh axis); None otherwise."""
-    if isinstance(x, jax.core.Tracer):
-        try:
-            sharding = jax.typeof(x).sharding
-        except Exception:  # noqa: BLE001 - older/other tracers without a typed sharding
-            return None
-    else:
-        sharding = getattr(x, "sharding", None)
-    if not isinstance(sharding, NamedSharding):
-        return None
-    spec = tuple(sharding.spec) + (None,) * 4
-    if spec[dim] is None:
-        return None
-    try:
-        return _axis_names(spec[dim]), _axes_size(sharding.mesh, spec[dim])
-    except (KeyError, TypeError):
-        return None
-
-
 def ragged_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kwargs):
-    """``xla_gpu_kernels.jax.ragged_paged_attention`` (same arguments and output) that partitions
-    over heads under ``jax.jit``: with q sharded on axis 1 and kv_pages on axis 2 over the same
-    mesh axes (:func:`head_shardings`), each device calls the kernel on its own heads and the
-    output is sharded like q. Other shardings are resharded to that (sharded tokens, pages or
-    head_dim are gathered). Unsharded inputs, or calls inside ``jax.shard_map``, run the plain op
-    (inside a shard_map that leaves some mesh axes Auto, heads sharded over those axes are gathered:
-    make the head axis manual too, or use :func:`ragged_paged_attention_sharded`).
-
-    Raises ``ValueError`` on contract violations before tracing, and on a head split that does not
-    divide ``num_kv_heads``: before tracing where the shardings are known then (concrete arrays,
-    Explicit mesh axes), else when XLA partitions the call (inside ``jax.jit`` with Auto axes,
-    surfaced by ``.compile()`` or the first call). No ``vmap``: use the plain op for that.
-    """
-    attrs = _static_attrs(kwargs)
-    q, kv_pages = jnp.asarray(q), jnp.asarray(kv_pages)
-    kv_lens, page_indices = jnp.asarray(kv_lens), jnp.asarray(page_indices)
-    cu_q_lens, num_seqs = jnp.asarray(cu_q_lens), jnp.asarray(num_seqs)
-    _check_contract(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, kwargs)
-    for x, dim, name in ((q, 1, "q"), (kv_pages, 2, "kv_pages")):
-        known = _known_head_split(x, dim)
-        if known is not None:
-            check_head_split(q.shape[1], kv_pages.shape[2] // 2, known[1], f"{name} sharded over mesh axes {known[0]}")
-    if any(t == AxisType.Manual for t in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ())):
-        # Inside jax.shard_map the operands are the local blocks: the plain op. (A shard_map manual
-        # over only some axes cannot host custom partitioning: XLA fails or aborts.)
-        return _call_op(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs)
-    return _partitioned_jit(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs)
+    """``xla_gpu_kernels.jax.ragged_paged_attention``, which partitions itself over heads under
+    ``jax.jit`` (this name is kept for code written before it did): with q sharded on axis 1 and
+    kv_pages on axis 2 over the same mesh axes (:func:`head_shardings`), each device calls the
+    kernel on its own heads and the output is sharded like q. See that function for the rest."""
+    _static_attrs(kwargs)
+    return _xk.ragged_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kwargs)
 
 
 def _check_contract(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, attrs):
-    _contract.check_paged_attention(
-        q.shape, q.dtype, kv_pages.shape, kv_pages.dtype, kv_lens.shape, page_indices.shape, cu_q_lens.shape,
-        num_seqs.shape,
-        {"kv_lens": kv_lens.dtype, "page_indices": page_indices.dtype, "cu_q_lens": cu_q_lens.dtype,
-         "num_seqs": num_seqs.dtype},
-        sliding_window=attrs.get("sliding_window"), soft_cap=attrs.get("soft_cap"),
-        sm_scale=attrs.get("sm_scale", 1.0), mask_value=attrs.get("mask_value"), k_scale=attrs.get("k_scale"),
-        v_scale=attrs.get("v_scale"),
-    )
+    _xk._check_paged_attention(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **attrs)
 
 
 # --- explicit entry point (shard_map over a named mesh) ----------------------------------------------

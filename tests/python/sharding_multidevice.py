@@ -1,6 +1,7 @@
-"""Multi-device checks of xla_gpu_kernels.sharding, run in a fresh process (JAX reads the device
-count once): on CPU with `--xla_force_host_platform_device_count=4` (our Host handler on each
-"device"), or on the GPUs of a GPU machine.
+"""Multi-device checks of xla_gpu_kernels.sharding and of xla_gpu_kernels.jax.ragged_paged_attention
+(which partitions itself under jax.jit), run in a fresh process (JAX reads the device count once):
+on CPU with `--xla_force_host_platform_device_count=4` (our Host handler on each "device"), or on
+the GPUs of a GPU machine.
 
     python tests/python/sharding_multidevice.py [--tolerance] [--seed N] [--only NAME ...]
 
@@ -294,6 +295,192 @@ def check_uneven_heads_raise():
         else:
             raise AssertionError(f"jit auto Hkv={kvh} n={n}: no error")
     return f"errors raised for {', '.join(ran)}" + (f"; not run: {', '.join(left_out)}" if left_out else "")
+
+
+# --- the main entry point (xla_gpu_kernels.jax.ragged_paged_attention partitions itself) ----------------
+
+
+def collectives(text):
+    """Counts of each collective in a compiled HLO text (async pairs counted once, by their start)."""
+    ops = ("all-gather", "all-to-all", "collective-permute", "reduce-scatter", "all-reduce")
+    counts = dict.fromkeys(ops, 0)
+    for line in text.splitlines():
+        if "=" not in line:
+            continue
+        rhs = line.split("=", 1)[1]
+        for op in ops:
+            if f" {op}(" in rhs or f" {op}-start(" in rhs:
+                counts[op] += 1
+    return counts
+
+
+def tp(mesh, *spec):
+    return NamedSharding(mesh, P(*spec))
+
+
+@check
+def check_main_entry_point_partitions_itself():
+    """Plain jax.jit of xla_gpu_kernels.jax.ragged_paged_attention with q on P(None, 'tp', None)
+    and the pool on P(None, None, 'tp', None): the one-device result bit for bit, output sharded
+    like q, one call per device on its local heads, and no collective at all in the compiled
+    module (no all-gather / all-to-all / collective-permute of q or the pool)."""
+    ran = 0
+    for i, (kvh, group, n, qd, kvd, extra) in enumerate(GEOMETRIES):
+        if n > ndev():
+            continue
+        ran += 1
+        args, attrs = case(90 + i, kv_heads=kvh, group=group, q_dtype=qd, kv_dtype=kvd, **extra)
+        ref = xk.ragged_paged_attention(*args, **attrs)
+        mesh = mesh_of(n, ("tp",))
+        placed = (jax.device_put(args[0], tp(mesh, None, "tp", None)),
+                  jax.device_put(args[1], tp(mesh, None, None, "tp", None))) + args[2:]
+        f = jax.jit(lambda *a: xk.ragged_paged_attention(*a, **attrs))
+        text = f.lower(*placed).compile().as_text()
+        tag = f"main entry Hkv={kvh} G={group} n={n} {qd}/{kvd or qd}"
+        counts = collectives(text)
+        assert not any(counts.values()), f"{tag}: collectives in the compiled module: {counts}"
+        local_custom_call(text, args, n, tag)
+        out = f(*placed)
+        assert out.sharding.is_equivalent_to(tp(mesh, None, "tp", None), 3), f"{tag}: output sharding {out.sharding}"
+        same(out, ref, args, tag)
+    # Control: the plain custom call (no partitioning) on the same inputs makes XLA gather q and
+    # the pool, and `collectives` sees it.
+    counts = collectives(jax.jit(lambda *a: xk._local_op(*a, xk._static_attrs(**attrs, custom_call_api_version=4)))
+                         .lower(*placed).compile().as_text())
+    assert counts["all-gather"] >= 1, f"control: the unpartitioned call should gather: {counts}"
+    # Under vmap (a leading pool axis) it is the plain call, one entry after another.
+    args, attrs = case(99, kv_heads=2, group=2)
+    batched = tuple(jnp.stack([a, a]) for a in args)
+    out = jax.jit(jax.vmap(lambda *a: xk.ragged_paged_attention(*a, **attrs)))(*batched)
+    same(out[1], xk.ragged_paged_attention(*args, **attrs), args, "main entry under vmap")
+    # Other axes sharded (tokens, pages, head_dim, metadata): replicated for the call (XLA
+    # gathers them), heads still split where they are; the one-device result.
+    args, attrs = case(98, kv_heads=4, group=2)
+    if ndev() < 4:
+        return f"{ran} of {len(GEOMETRIES)} geometries ({ndev()} devices); other axes need 4 devices"
+    if args[1].shape[0] % 2:  # an even page count (an unused page) so that pages can be split
+        args = (args[0], jnp.concatenate([args[1], jnp.zeros_like(args[1][:1])])) + args[2:]
+    ref = xk.ragged_paged_attention(*args, **attrs)
+    mesh = mesh_of(4, ("a", "b"), shape=(2, 2))
+    f = jax.jit(lambda *a: xk.ragged_paged_attention(*a, **attrs))
+    for label, q_spec, kv_spec, meta_spec in (
+            ("tokens", ("a", None, None), (None, None, None, None), ("a",)),
+            ("pages + heads", (None, "b", None), ("a", None, "b", None), (None,)),
+            ("head_dim + heads", (None, "b", "a"), (None, None, "b", "a"), (None,))):
+        placed = (jax.device_put(args[0], tp(mesh, *q_spec)), jax.device_put(args[1], tp(mesh, *kv_spec)),
+                  jax.device_put(args[2], tp(mesh, *meta_spec))) + args[3:]
+        same(f(*placed), ref, args, f"main entry, {label} sharded")
+    return f"{ran} of {len(GEOMETRIES)} geometries ({ndev()} devices)"
+
+
+@check
+def check_main_entry_point_megatron_layer():
+    """A Megatron-style attention layer under plain jax.jit, everything placed by NamedSharding:
+    x replicated; q/k/v projections column-parallel (output features split by whole heads); the new
+    K/V written into the head-sharded paged cache; our attention; the output projection
+    row-parallel (input features split). The compiled step holds exactly the row-parallel
+    matmul's all-reduce, and no all-gather / all-to-all / collective-permute / reduce-scatter; its
+    result is the one-device layer's."""
+    n = min(ndev(), 4)
+    kvh, group, D, model = 4, 2, 64, 96
+    args, attrs = case(100, kv_heads=kvh, group=group, q_dtype="float32")
+    q0, cache, kv_lens, page_indices, cu, num_seqs = args
+    T, Hq = q0.shape[0], q0.shape[1]
+    # Where each new token's K/V goes: its sequence's page and slot; padding rows to a free page.
+    cu_np, lens_np, pages_np = np.asarray(cu), np.asarray(kv_lens), np.asarray(page_indices)
+    page_size = cache.shape[1]
+    used = {int(p) for s in range(int(np.asarray(num_seqs)[0])) for p in pages_np[s, :-(-lens_np[s] // page_size)]}
+    free = min(set(range(cache.shape[0])) - used)
+    pages, slots = np.full(T, free, np.int32), np.arange(T, dtype=np.int32) % page_size
+    for s in range(int(np.asarray(num_seqs)[0])):
+        start, stop = int(cu_np[s]), int(cu_np[s + 1])
+        pos = lens_np[s] - (stop - start) + np.arange(stop - start)
+        pages[start:stop], slots[start:stop] = pages_np[s, pos // page_size], pos % page_size
+    r = rng(101)
+    x = jnp.asarray(r.standard_normal((T, model)), jnp.float32)
+    wq, wk, wv = (jnp.asarray(r.standard_normal((model, h * D)) / 10, jnp.float32) for h in (Hq, kvh, kvh))
+    wo = jnp.asarray(r.standard_normal((Hq * D, model)) / 10, jnp.float32)
+
+    def layer(x, wq, wk, wv, wo, cache, pages, slots, kv_lens, page_indices, cu, num_seqs):
+        q = (x @ wq).reshape(T, Hq, D)
+        k, v = (x @ wk).reshape(T, kvh, D), (x @ wv).reshape(T, kvh, D)
+        kv = jnp.stack([k, v], axis=2).reshape(T, 2 * kvh, D)  # K0 V0 K1 V1 ...
+        cache = cache.at[pages, slots].set(kv)
+        attn = xk.ragged_paged_attention(q, cache, kv_lens, page_indices, cu, num_seqs, **attrs)
+        return attn.reshape(T, Hq * D) @ wo, cache
+
+    mesh = mesh_of(n, ("tp",))
+    put = lambda a, *spec: jax.device_put(a, tp(mesh, *spec))  # noqa: E731
+    meta = (pages, slots, kv_lens, page_indices, cu, num_seqs)
+    sharded = (put(x), put(wq, None, "tp"), put(wk, None, "tp"), put(wv, None, "tp"), put(wo, "tp", None),
+               put(cache, None, None, "tp", None)) + tuple(put(jnp.asarray(a)) for a in meta)
+    with jax.default_matmul_precision("highest"):
+        f = jax.jit(layer)
+        text = f.lower(*sharded).compile().as_text()
+        counts = collectives(text)
+        assert counts["all-reduce"] == 1, f"Megatron layer: want the one all-reduce of the output projection: {counts}"
+        others = {k: v for k, v in counts.items() if k != "all-reduce" and v}
+        assert not others, f"Megatron layer: unexpected collectives {others}"
+        local_custom_call(text, (q0, cache), n, "Megatron layer")
+        out, new_cache = f(*sharded)
+        ref_out, ref_cache = jax.jit(layer)(x, wq, wk, wv, wo, cache, *map(jnp.asarray, meta))
+    assert new_cache.sharding.is_equivalent_to(tp(mesh, None, None, "tp", None), 4), new_cache.sharding
+    np.testing.assert_array_equal(np.asarray(new_cache), np.asarray(ref_cache))
+    tol = 2e-3 if OPTS.tolerance else 1e-4
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), rtol=tol, atol=tol)
+    return f"{n} devices: {counts}"
+
+
+@check
+def check_main_entry_point_bad_head_splits():
+    """Head splits that do not give every device whole KV heads: a ValueError naming the fix.
+    Before tracing where the shardings are known (concrete arrays, Explicit axes); under jit with
+    Auto axes only XLA's partitioner knows them, and the same ValueError text comes back from
+    .compile() (JAX wraps it in a JaxRuntimeError)."""
+    if ndev() < 4:
+        return "needs 4 devices"
+    fix = "over the same mesh axis, with a device count that divides num_kv_heads"
+    f = lambda *a: xk.ragged_paged_attention(*a)  # noqa: E731
+    # 2 KV heads over 4 devices (q's 8 heads would divide: the pool's K/V pairs do not).
+    args, _ = case(110, kv_heads=2, group=4)
+    for axis_type in (AxisType.Auto, AxisType.Explicit):
+        mesh = mesh_of(4, ("tp",), axis_type=axis_type)
+        placed = (jax.device_put(args[0], tp(mesh, None, "tp", None)),
+                  jax.device_put(args[1], tp(mesh, None, None, "tp", None))) + args[2:]
+        try:
+            f(*placed)
+        except ValueError as e:
+            assert "cannot split 8 query heads / 2 KV heads over 4 devices" in str(e) and fix in str(e), str(e)
+        else:
+            raise AssertionError(f"eager, {axis_type}: no error")
+        if axis_type == AxisType.Explicit:
+            try:
+                jax.jit(f).trace(*placed)
+            except ValueError as e:
+                assert fix in str(e) and "num_kv_heads=2" in str(e), str(e)
+            else:
+                raise AssertionError("jit, Explicit axes: no error")
+        else:
+            try:
+                jax.jit(f).lower(*placed).compile()
+            except Exception as e:  # noqa: BLE001 - JaxRuntimeError around our ValueError
+                assert "ValueError: ragged_paged_attention: cannot split" in str(e) and fix in str(e), str(e)
+            else:
+                raise AssertionError("jit, Auto axes: no error")
+    # q and the pool split over different mesh axes.
+    args, _ = case(111, kv_heads=4, group=2)
+    for axis_type in (AxisType.Auto, AxisType.Explicit):
+        mesh = mesh_of(4, ("a", "b"), shape=(2, 2), axis_type=axis_type)
+        placed = (jax.device_put(args[0], tp(mesh, None, "a", None)),
+                  jax.device_put(args[1], tp(mesh, None, None, "b", None))) + args[2:]
+        try:
+            f(*placed)
+        except ValueError as e:
+            assert "q's head axis is sharded over mesh axes ('a',) but kv_pages' axis 2 over ('b',)" in str(e), str(e)
+            assert fix in str(e), str(e)
+        else:
+            raise AssertionError(f"different axes, eager, {axis_type}: no error")
+    return "errors raised"
 
 
 # --- data parallel ----------------------------------------------------------------------------------------
