@@ -24,10 +24,11 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import jax as _xk
-from .cache import PageAllocator, init_cache, pages_needed
-from .model import Config, forward_paged
+from .cache import PageAllocator, cache_sharding, init_cache, pages_needed
+from .model import Config, forward_paged, param_shardings
 
 __all__ = ["Batch", "make_step", "Request", "Engine", "StepInfo"]
 
@@ -45,10 +46,22 @@ class Batch(NamedTuple):
     logit_rows: Any    # [S] i32, each sequence's last row in this batch
 
 
-def make_step(cfg: Config, attention: Callable = _xk.ragged_paged_attention, **jit_kwargs) -> Callable:
+def make_step(cfg: Config, attention: Callable | None = None, *, mesh: Mesh | None = None, axis: str = "tp",
+              **jit_kwargs) -> Callable:
     """``step(params, caches, batch) -> (next_tokens [S] i32, logits [S, vocab] f32, caches)``,
-    jitted, ``caches`` donated (the K/V scatter is in place). ``jit_kwargs`` go to ``jax.jit``
-    (e.g. ``out_shardings`` for tensor parallelism)."""
+    jitted, ``caches`` donated (the K/V scatter is in place).
+
+    With ``mesh``: tensor parallel over mesh axis ``axis`` (params laid out by
+    ``param_shardings``, caches by ``cache_sharding``); attention goes through
+    ``xla_gpu_kernels.sharding.ragged_paged_attention``, one call per device on its own heads, and
+    the caches keep their sharding. ``jit_kwargs`` go to ``jax.jit``."""
+    if mesh is not None:
+        from .. import sharding as _sh  # noqa: PLC0415
+
+        attention = attention or _sh.ragged_paged_attention
+        rep = NamedSharding(mesh, P())
+        jit_kwargs.setdefault("out_shardings", (rep, rep, [cache_sharding(mesh, axis)] * cfg.num_layers))
+    attention = attention or _xk.ragged_paged_attention
 
     def step(params, caches, batch: Batch):
         logits, caches = forward_paged(params, caches, batch, cfg, attention)
@@ -95,11 +108,15 @@ class Engine:
 
     ``add_request`` queues a prompt; ``step`` runs one scheduled batch; ``run`` steps until every
     request has its tokens. ``record_logits`` keeps each sampled token's f32 logits on its request
-    (for tests; it costs a device-to-host copy of ``[S, vocab]`` per step)."""
+    (for tests; it costs a device-to-host copy of ``[S, vocab]`` per step).
+
+    ``mesh``: tensor parallel over its axis ``tp_axis`` (params are put in ``param_shardings``
+    unless already there, the caches split on their head axis, the step made by ``make_step(cfg,
+    mesh=mesh)``)."""
 
     def __init__(self, cfg: Config, params: dict, *, max_num_seqs: int = 8, token_budget: int = 64,
                  page_size: int = 16, num_pages: int = 64, max_model_len: int = 128, record_logits: bool = False,
-                 cache_sharding=None, step_fn: Callable | None = None):
+                 mesh: Mesh | None = None, tp_axis: str = "tp", step_fn: Callable | None = None):
         if token_budget < max_num_seqs:
             raise ValueError("token_budget must be at least max_num_seqs (every running request decodes each step)")
         self.cfg, self.params = cfg, params
@@ -107,9 +124,11 @@ class Engine:
         self.num_pages, self.max_model_len = num_pages, max_model_len
         self.pages_per_seq = pages_needed(max_model_len, page_size)
         self.record_logits = record_logits
-        self.caches = init_cache(cfg, num_pages, page_size, cache_sharding)
+        if mesh is not None:
+            params = self.params = jax.device_put(params, param_shardings(cfg, mesh, tp_axis))
+        self.caches = init_cache(cfg, num_pages, page_size, None if mesh is None else cache_sharding(mesh, tp_axis))
         self.allocator = PageAllocator(num_pages)
-        self.step_fn = step_fn or make_step(cfg)
+        self.step_fn = step_fn or make_step(cfg, mesh=mesh, axis=tp_axis)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.finished: list[Request] = []
