@@ -203,3 +203,18 @@ def test_serving_example_runs_and_checks_with_tp2():
                 "--tp", str(tp)], tp)
     assert f"backend=cpu devices={tp} config=tiny" in out and "generated tokens/s" in out
     assert "vs dense f32 reference" in out
+
+
+def test_serving_benchmark_backends_agree_on_cpu():
+    """benchmarks/serving_step.py in a tiny case: every backend (ours, Pallas paged decode in
+    interpret mode + XLA prefill, pure XLA gather + dense, no-attention) runs the same step, and the
+    baselines' logits match ours (asserted inside). CPU times mean nothing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import serving_step as bench  # noqa: PLC0415
+
+    assert bench.Layout.parse("mixed:6x64+1x32") == bench.Layout("mixed:6x64+1x32", 6, 64, 1, 32)
+    result = bench.main(["--cases", "mixed:3x32+1x16", "--iters", "1"])
+    got = {r["backend"]: r for r in result["rows"]}
+    assert set(got) == {"ours", "pallas+cudnn", "xla", "no-attn"}
+    assert all("ms" in r for r in got.values()), got
+    assert got["ours"]["tokens"] == 3 + 16

@@ -46,10 +46,11 @@ class Batch(NamedTuple):
     logit_rows: Any    # [S] i32, each sequence's last row in this batch
 
 
-def make_step(cfg: Config, attention: Callable | None = None, *, mesh: Mesh | None = None, axis: str = "tp",
-              **jit_kwargs) -> Callable:
+def make_step(cfg: Config, attention: Callable | None = None, *, attend: Callable | None = None,
+              mesh: Mesh | None = None, axis: str = "tp", **jit_kwargs) -> Callable:
     """``step(params, caches, batch) -> (next_tokens [S] i32, logits [S, vocab] f32, caches)``,
-    jitted, ``caches`` donated (the K/V scatter is in place).
+    jitted, ``caches`` donated (the K/V scatter is in place). ``attention`` / ``attend``: see
+    ``model.forward_paged`` (the op, or a whole KV backend with its own cache layout).
 
     With ``mesh``: tensor parallel over mesh axis ``axis`` (params laid out by
     ``param_shardings``, caches by ``cache_sharding``); attention goes through
@@ -58,13 +59,13 @@ def make_step(cfg: Config, attention: Callable | None = None, *, mesh: Mesh | No
     if mesh is not None:
         from .. import sharding as _sh  # noqa: PLC0415
 
-        attention = attention or _sh.ragged_paged_attention
+        attention = attention or (None if attend else _sh.ragged_paged_attention)
         rep = NamedSharding(mesh, P())
         jit_kwargs.setdefault("out_shardings", (rep, rep, [cache_sharding(mesh, axis)] * cfg.num_layers))
     attention = attention or _xk.ragged_paged_attention
 
     def step(params, caches, batch: Batch):
-        logits, caches = forward_paged(params, caches, batch, cfg, attention)
+        logits, caches = forward_paged(params, caches, batch, cfg, attention, attend)
         return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits, caches
 
     return jax.jit(step, donate_argnums=(1,), **jit_kwargs)

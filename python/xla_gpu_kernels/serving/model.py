@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import jax as _xk
 
-__all__ = ["Config", "llama3_8b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged",
+__all__ = ["Config", "llama3_8b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged", "paged_attend",
            "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
 
 
@@ -180,22 +180,38 @@ def logits_from_hidden(x: jax.Array, params: dict, cfg: Config) -> jax.Array:
     return linear(rms_norm(x, params["final_norm"], cfg.rms_eps), params["lm_head"])
 
 
-def forward_paged(params: dict, caches: list, batch, cfg: Config, attention: Callable = _xk.ragged_paged_attention):
+def paged_attend(op: Callable = _xk.ragged_paged_attention) -> Callable:
+    """The default KV backend: K/V rows scattered into the interleaved paged cache (``write_kv``),
+    then ``op`` (our ragged paged attention, or anything with its signature) over the pages."""
+    from .cache import write_kv  # noqa: PLC0415
+
+    def attend(q, k, v, cache, batch, cfg: Config):
+        cache = write_kv(cache, k, v, batch.write_pages, batch.write_slots)
+        o = op(q.astype(cache.dtype), cache, batch.kv_lens, batch.page_indices, batch.cu_q_lens, batch.num_seqs,
+               sm_scale=cfg.sm_scale)
+        return o, cache
+
+    return attend
+
+
+def forward_paged(params: dict, caches: list, batch, cfg: Config, attention: Callable | None = None,
+                  attend: Callable | None = None):
     """One ragged forward pass over ``batch`` (an ``engine.Batch``): every token's K/V is written
     into its layer's cache at (``batch.write_pages``, ``batch.write_slots``), then every query row
     attends over its sequence's pages. Returns (f32 logits of each sequence's last row
-    ``[max_num_seqs, vocab]``, the updated caches)."""
-    from .cache import write_kv  # noqa: PLC0415
+    ``[max_num_seqs, vocab]``, the updated caches).
 
+    ``attention``: the op (default ``xla_gpu_kernels.jax.ragged_paged_attention``). ``attend``
+    replaces the whole KV backend, cache layout included: ``attend(q, k, v, cache, batch, cfg) ->
+    (out [tokens, Hq, D], cache)`` with q/k/v f32 after RoPE (benchmarks plug baselines in here)."""
+    attend = attend or paged_attend(attention or _xk.ragged_paged_attention)
     tokens = batch.token_ids.shape[0]
     x = params["embed"][batch.token_ids].astype(jnp.float32)
     new_caches = []
     for layer, cache in zip(params["layers"], caches, strict=True):
         h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
         q, k, v = qkv(h, layer, batch.positions, cfg)
-        cache = write_kv(cache, k, v, batch.write_pages, batch.write_slots)
-        o = attention(q.astype(cache.dtype), cache, batch.kv_lens, batch.page_indices, batch.cu_q_lens,
-                      batch.num_seqs, sm_scale=cfg.sm_scale)
+        o, cache = attend(q, k, v, cache, batch, cfg)
         x = x + linear(o.reshape(tokens, cfg.num_q_heads * cfg.head_dim), layer["wo"])
         x = x + mlp(x, layer, cfg)
         new_caches.append(cache)
