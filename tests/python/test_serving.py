@@ -50,12 +50,14 @@ def test_paged_engine_matches_dense_f32_reference(run):
     engine_tokens = np.array([r.output for r in requests])
     engine_logits = np.stack([np.stack(r.logits) for r in requests])
     assert engine_tokens.shape == (8, NEW_TOKENS) and engine_logits.shape == (8, NEW_TOKENS, cfg.vocab_size)
-    dense_tokens, dense_logits = dense_greedy(params, cfg, prompts, NEW_TOKENS)
-    forced = teacher_forced_logits(params, cfg, prompts, [r.output for r in requests])
-    # where the engine has not diverged, teacher forcing is the free-running dense run
+    width = max(PROMPT_LENS) + NEW_TOKENS
+    dense_tokens, dense_logits = dense_greedy(params, cfg, prompts, NEW_TOKENS, width)
+    forced = teacher_forced_logits(params, cfg, prompts, [r.output for r in requests], width)
+    # where the engine has not diverged, teacher forcing is the free-running dense run (up to the
+    # f32 summation order of matmuls of other shapes)
     for i in range(8):
         same = np.cumprod(engine_tokens[i] == dense_tokens[i]).astype(bool)
-        np.testing.assert_allclose(forced[i][same], dense_logits[i][same], atol=1e-4)
+        np.testing.assert_allclose(forced[i][same], dense_logits[i][same], atol=1e-3)
     result = compare_greedy(engine_tokens, engine_logits, dense_tokens, forced, LOGIT_TOL)
     matched = int((engine_tokens == dense_tokens).all(axis=1).sum())
     print(f"{matched}/8 sequences equal token for token; max logit error {result['max_logit_error']:.4f}; "

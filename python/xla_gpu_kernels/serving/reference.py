@@ -34,9 +34,11 @@ def _causal_attention_f32(q, k, v, sm_scale):
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def dense_logits(params: dict, tokens: jax.Array, cfg: Config, round_qkv: bool = False) -> jax.Array:
+def dense_logits(params: dict, tokens: jax.Array, cfg: Config, round_qkv: bool = False,
+                 rows: jax.Array | None = None) -> jax.Array:
     """f32 logits ``[B, T, vocab]`` of right-padded token rows ``[B, T]`` (causal: padding after a
-    sequence's end does not change its logits). ``round_qkv`` rounds q, K, V and the attention
+    sequence's end does not change its logits); with ``rows`` ``[B, K]`` only at those positions,
+    ``[B, K, vocab]`` (the LM head on K rows, not T: what keeps Llama-3-8B's vocab affordable). ``round_qkv`` rounds q, K, V and the attention
     output to the model dtype as the paged engine does (the attention itself stays f32): a
     diagnostic that isolates the bf16 rounding from everything else."""
     b, t = tokens.shape
@@ -52,6 +54,8 @@ def dense_logits(params: dict, tokens: jax.Array, cfg: Config, round_qkv: bool =
             o = o.astype(cfg.dtype)
         x = x + linear(o.reshape(b, t, cfg.num_q_heads * cfg.head_dim), layer["wo"])
         x = x + mlp(x, layer, cfg)
+    if rows is not None:
+        x = jnp.take_along_axis(x, rows[..., None], axis=1)
     return logits_from_hidden(x, params, cfg)
 
 
@@ -70,8 +74,8 @@ def dense_greedy(params: dict, cfg: Config, prompts: list[list[int]], max_new_to
     seqs = [list(p) for p in prompts]
     toks, logs = [], []
     for _ in range(max_new_tokens):
-        logits = np.asarray(dense_logits(params, jnp.asarray(_pad(seqs, width)), cfg, round_qkv))
-        last = np.stack([logits[i, len(s) - 1] for i, s in enumerate(seqs)])
+        rows = jnp.asarray([[len(s) - 1] for s in seqs], jnp.int32)
+        last = np.asarray(dense_logits(params, jnp.asarray(_pad(seqs, width)), cfg, round_qkv, rows))[:, 0]
         nxt = last.argmax(-1)
         for s, t in zip(seqs, nxt):
             s.append(int(t))
@@ -87,8 +91,8 @@ def teacher_forced_logits(params: dict, cfg: Config, prompts: list[list[int]], o
     n = len(outputs[0])
     seqs = [list(p) + list(o[:-1]) for p, o in zip(prompts, outputs)]
     width = width or max(len(s) for s in seqs)
-    logits = np.asarray(dense_logits(params, jnp.asarray(_pad(seqs, width)), cfg, round_qkv))
-    return np.stack([logits[i, len(p) - 1:len(p) - 1 + n] for i, p in enumerate(prompts)])
+    rows = jnp.asarray([np.arange(len(p) - 1, len(p) - 1 + n) for p in prompts], jnp.int32)
+    return np.asarray(dense_logits(params, jnp.asarray(_pad(seqs, width)), cfg, round_qkv, rows))
 
 
 def compare_greedy(engine_tokens: np.ndarray, engine_logits: np.ndarray, dense_tokens: np.ndarray,
