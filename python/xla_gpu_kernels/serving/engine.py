@@ -71,6 +71,12 @@ def make_step(cfg: Config, attention: Callable | None = None, *, attend: Callabl
     return jax.jit(step, donate_argnums=(1,), **jit_kwargs)
 
 
+def _host(x: jax.Array) -> np.ndarray:
+    """A replicated result on the host. Its first local shard is the whole array, also when the
+    mesh spans several processes (multi-controller: the global array is not fully addressable)."""
+    return np.asarray(x.addressable_data(0))
+
+
 @dataclasses.dataclass
 class Request:
     rid: int
@@ -216,8 +222,8 @@ class Engine:
         t0 = time.perf_counter()
         batch = self.build_batch(plan)
         next_tokens, logits, self.caches = self.step_fn(self.params, self.caches, batch)
-        next_tokens = np.asarray(next_tokens)
-        logits = np.asarray(logits) if self.record_logits else None
+        next_tokens = _host(next_tokens)  # the one sync per step
+        logits = _host(logits) if self.record_logits else None
         seconds = time.perf_counter() - t0
         done = []
         decode_rows = prefill = sampled = 0
