@@ -7,9 +7,12 @@ prefill chunks under a token budget, the cache donated. Runs on CUDA when JAX se
     python examples/serving_step.py                        # tiny model, checked against a dense f32 reference
     python examples/serving_step.py --config llama3-8b     # Llama-3-8B shapes (GPU; --layers N for short runs)
     python examples/serving_step.py --tp 2                 # tensor parallel over 2 devices
+    # the same over 2 processes (JAX multi-controller; on GPUs add --local-device-ids i):
+    python examples/serving_step.py --tp 2 --coordinator 127.0.0.1:23456 --num-processes 2 --process-id {0,1}
 """
 
 import argparse
+import hashlib
 import time
 
 import jax
@@ -43,9 +46,17 @@ def main(argv=None) -> dict:
                     help="compare with the dense f32 reference (default: on for tiny)")
     ap.add_argument("--tol", type=float, default=0.05,
                     help="max |logit difference| vs the dense reference; near-ties within 2*tol may flip")
+    ap.add_argument("--coordinator", help="HOST:PORT: run as one of several processes (jax.distributed)")
+    ap.add_argument("--num-processes", type=int, default=1)
+    ap.add_argument("--process-id", type=int, default=0)
+    ap.add_argument("--local-device-ids", type=int, nargs="*", help="this process's GPUs")
     args = ap.parse_args(argv)
-    if args.check is None:
-        args.check = args.config == "tiny"
+    if args.coordinator:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
+        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                                   process_id=args.process_id, local_device_ids=args.local_device_ids)
+    if args.check is None:  # the dense reference reads whole arrays: one process only
+        args.check = args.config == "tiny" and not args.coordinator
     cfg = CONFIGS[args.config](args.layers)
     seqs, budget, lens = DEFAULTS[args.config]
     seqs, budget = args.max_seqs or seqs, args.budget or budget
@@ -64,7 +75,7 @@ def main(argv=None) -> dict:
     engine = Engine(cfg, params, max_num_seqs=seqs, token_budget=budget, page_size=args.page_size,
                     num_pages=num_pages, max_model_len=max_len, record_logits=bool(args.check), mesh=mesh)
     compile_s = engine.warmup()
-    print(f"backend={jax.default_backend()} devices={args.tp} config={args.config} layers={cfg.num_layers} "
+    print(f"backend={jax.default_backend()} devices={args.tp} processes={jax.process_count()} config={args.config} layers={cfg.num_layers} "
           f"params={cfg.num_params() / 1e9:.3g}B (init {init_s:.1f}s, compile {compile_s:.1f}s)")
     print(f"{args.requests} requests, prompts {lo}-{hi} tokens, {args.new_tokens} new tokens each; "
           f"{seqs} slots, budget {budget} tokens/step, {num_pages} pages of {args.page_size}")
@@ -79,6 +90,9 @@ def main(argv=None) -> dict:
     print(f"steps={stats['steps']} (mixed prefill+decode: {stats['mixed_steps']}) in {stats['seconds']:.2f}s: "
           f"{stats['generated_per_s']:.1f} generated tokens/s, {stats['processed_per_s']:.1f} processed tokens/s, "
           f"step median {np.median(step_ms):.2f} ms")
+    digest = hashlib.sha1(str([r.output for r in requests]).encode()).hexdigest()[:16]
+    print(f"outputs {digest} (first request: {requests[0].output[:8]} ...)")
+    stats["digest"] = digest
     if args.check:
         outputs = [r.output for r in requests]
         dense_tokens, _ = dense_greedy(engine.params, cfg, prompts, args.new_tokens)

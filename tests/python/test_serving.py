@@ -5,6 +5,8 @@ invariants. Our op runs through the library's Host handler."""
 
 import math
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -197,14 +199,31 @@ def test_tensor_parallel_step_is_megatron_on_two_cpu_devices():
     _run(["-c", TP_PROGRAM], 2)
 
 
-def test_serving_example_runs_and_checks_with_tp2():
-    """examples/serving_step.py as demo.sh runs it, tensor parallel over two CPU devices (the
-    one-device engine is checked above)."""
-    tp = 2
-    out = _run([str(ROOT / "examples" / "serving_step.py"), "--requests", "6", "--new-tokens", "12", "--trace", "4",
-                "--tp", str(tp)], tp)
-    assert f"backend=cpu devices={tp} config=tiny" in out and "generated tokens/s" in out
-    assert "vs dense f32 reference" in out
+def _digest(out):
+    return re.search(r"^outputs (\w+)", out, re.M).group(1)
+
+
+def test_serving_example_tp2_in_one_and_in_two_processes():
+    """examples/serving_step.py tensor parallel over two CPU devices: in one process (checked
+    against the dense reference), then as two processes of one device each (JAX multi-controller,
+    gloo collectives): the same tokens."""
+    args = [str(ROOT / "examples" / "serving_step.py"), "--requests", "6", "--new-tokens", "8", "--trace", "2"]
+    one_process = _run(args + ["--tp", "2"], 2)
+    assert "backend=cpu devices=2 processes=1 config=tiny" in one_process and "vs dense f32 reference" in one_process
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, *args, "--tp", "2", "--coordinator", f"127.0.0.1:{port}",
+                               "--num-processes", "2", "--process-id", str(i)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+        assert "devices=2 processes=2" in out, out
+    print(outs[0])
+    assert _digest(outs[0]) == _digest(outs[1]) == _digest(one_process)
 
 
 def test_serving_benchmark_backends_agree_on_cpu():

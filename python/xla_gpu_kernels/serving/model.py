@@ -20,6 +20,7 @@ materializes each device's shard only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -91,35 +92,45 @@ def _layer_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
             "w_gate": (h, f), "w_up": (h, f), "w_down": (f, h)}
 
 
-def _init(cfg: Config, seed) -> dict:
-    base = jax.random.key(seed)
+def _weight(cfg: Config, key, shape, std):
+    if len(shape) == 1:
+        return jnp.ones(shape, cfg.dtype)
+    return (jax.random.normal(key, shape, jnp.float32) * std).astype(cfg.dtype)
 
-    def weight(key, shape, std):
-        if len(shape) == 1:
-            return jnp.ones(shape, cfg.dtype)
-        return (jax.random.normal(key, shape, jnp.float32) * std).astype(cfg.dtype)
 
+def _init_top(cfg: Config, base) -> dict:
     top = jax.random.fold_in(base, 1 << 20)
-    params = {
-        "embed": weight(jax.random.fold_in(top, 0), (cfg.vocab_size, cfg.hidden), cfg.init_scale),
+    return {
+        "embed": _weight(cfg, jax.random.fold_in(top, 0), (cfg.vocab_size, cfg.hidden), cfg.init_scale),
         "final_norm": jnp.ones((cfg.hidden,), cfg.dtype),
-        "lm_head": weight(jax.random.fold_in(top, 1), (cfg.hidden, cfg.vocab_size), cfg.init_scale / math.sqrt(cfg.hidden)),
-        "layers": [],
+        "lm_head": _weight(cfg, jax.random.fold_in(top, 1), (cfg.hidden, cfg.vocab_size),
+                           cfg.init_scale / math.sqrt(cfg.hidden)),
     }
-    for layer in range(cfg.num_layers):
-        key = jax.random.fold_in(base, layer)
-        params["layers"].append({
-            name: weight(jax.random.fold_in(key, i), shape, cfg.init_scale / math.sqrt(shape[0]))
-            for i, (name, shape) in enumerate(_layer_shapes(cfg).items())
-        })
-    return params
+
+
+def _init_layer(cfg: Config, base, layer) -> dict:
+    key = jax.random.fold_in(base, layer)
+    return {name: _weight(cfg, jax.random.fold_in(key, i), shape, cfg.init_scale / math.sqrt(shape[0]))
+            for i, (name, shape) in enumerate(_layer_shapes(cfg).items())}
 
 
 def init_params(cfg: Config, seed: int = 0, shardings: Any = None) -> dict:
-    """bf16 weights from ``seed``, made by one jitted program (``out_shardings=shardings``: with
-    ``param_shardings(cfg, mesh)`` every device computes only its shard)."""
-    fn = jax.jit(lambda s: _init(cfg, s), out_shardings=shardings)
-    return fn(jnp.uint32(seed))
+    """bf16 weights from ``seed``. Jitted per layer (one compile for all layers, one layer's f32
+    temporaries at a time) with ``out_shardings`` from ``shardings`` (``param_shardings(cfg,
+    mesh)``: every device computes only its shard)."""
+    base = jax.random.key(seed)
+    sh = shardings or {}
+    top = jax.jit(functools.partial(_init_top, cfg),
+                  out_shardings={k: sh[k] for k in ("embed", "final_norm", "lm_head")} if sh else None)(base)
+    jitted = {}
+    layers = []
+    for layer in range(cfg.num_layers):
+        out = sh["layers"][layer] if sh else None
+        key = tuple(sorted(out.items())) if out else None
+        if key not in jitted:
+            jitted[key] = jax.jit(functools.partial(_init_layer, cfg), out_shardings=out)
+        layers.append(jitted[key](base, jnp.uint32(layer)))
+    return {**top, "layers": layers}
 
 
 def param_shardings(cfg: Config, mesh: Mesh, axis: str = "tp") -> dict:
