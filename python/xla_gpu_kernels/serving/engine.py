@@ -60,8 +60,9 @@ def make_step(cfg: Config, attention: Callable | None = None, *, attend: Callabl
         from .. import sharding as _sh  # noqa: PLC0415
 
         attention = attention or (None if attend else _sh.ragged_paged_attention)
-        rep = NamedSharding(mesh, P())
-        jit_kwargs.setdefault("out_shardings", (rep, rep, [cache_sharding(mesh, axis)] * cfg.num_layers))
+        if attend is None:  # our cache layout; a custom backend brings its own out_shardings
+            rep = NamedSharding(mesh, P())
+            jit_kwargs.setdefault("out_shardings", (rep, rep, [cache_sharding(mesh, axis)] * cfg.num_layers))
     attention = attention or _xk.ragged_paged_attention
 
     def step(params, caches, batch: Batch):
