@@ -75,7 +75,8 @@ def main(argv=None) -> dict:
     engine = Engine(cfg, params, max_num_seqs=seqs, token_budget=budget, page_size=args.page_size,
                     num_pages=num_pages, max_model_len=max_len, record_logits=bool(args.check), mesh=mesh)
     compile_s = engine.warmup()
-    print(f"backend={jax.default_backend()} devices={args.tp} processes={jax.process_count()} config={args.config} layers={cfg.num_layers} "
+    print(f"backend={jax.default_backend()} devices={args.tp} processes={jax.process_count()} config={args.config} "
+          f"layers={cfg.num_layers} "
           f"params={cfg.num_params() / 1e9:.3g}B (init {init_s:.1f}s, compile {compile_s:.1f}s)")
     print(f"{args.requests} requests, prompts {lo}-{hi} tokens, {args.new_tokens} new tokens each; "
           f"{seqs} slots, budget {budget} tokens/step, {num_pages} pages of {args.page_size}")

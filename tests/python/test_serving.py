@@ -3,6 +3,7 @@ continuous batching generates, token for token, what the same model run densely 
 causal attention in f32) generates, up to bf16 near-ties; plus the scheduler's and the cache's
 invariants. Our op runs through the library's Host handler."""
 
+import importlib.util
 import math
 import os
 import re
@@ -230,8 +231,9 @@ def test_serving_benchmark_backends_agree_on_cpu():
     """benchmarks/serving_step.py in a tiny case: every backend (ours, Pallas paged decode in
     interpret mode + XLA prefill, pure XLA gather + dense, no-attention) runs the same step, and the
     baselines' logits match ours (asserted inside). CPU times mean nothing."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import serving_step as bench  # noqa: PLC0415
+    spec = importlib.util.spec_from_file_location("bench_serving_step", ROOT / "benchmarks" / "serving_step.py")
+    bench = importlib.util.module_from_spec(spec)  # by path: examples/ has a serving_step.py too
+    spec.loader.exec_module(bench)
 
     assert bench.Layout.parse("mixed:6x64+1x32") == bench.Layout("mixed:6x64+1x32", 6, 64, 1, 32)
     result = bench.main(["--cases", "mixed:3x32+1x16", "--iters", "1"])

@@ -38,7 +38,8 @@ def dense_logits(params: dict, tokens: jax.Array, cfg: Config, round_qkv: bool =
                  rows: jax.Array | None = None) -> jax.Array:
     """f32 logits ``[B, T, vocab]`` of right-padded token rows ``[B, T]`` (causal: padding after a
     sequence's end does not change its logits); with ``rows`` ``[B, K]`` only at those positions,
-    ``[B, K, vocab]`` (the LM head on K rows, not T: what keeps Llama-3-8B's vocab affordable). ``round_qkv`` rounds q, K, V and the attention
+    ``[B, K, vocab]`` (the LM head on K rows, not T: what keeps Llama-3-8B's vocab affordable).
+    ``round_qkv`` rounds q, K, V and the attention
     output to the model dtype as the paged engine does (the attention itself stays f32): a
     diagnostic that isolates the bf16 rounding from everything else."""
     b, t = tokens.shape
