@@ -233,6 +233,7 @@ def test_serving_benchmark_backends_agree_on_cpu():
     baselines' logits match ours (asserted inside). CPU times mean nothing."""
     spec = importlib.util.spec_from_file_location("bench_serving_step", ROOT / "benchmarks" / "serving_step.py")
     bench = importlib.util.module_from_spec(spec)  # by path: examples/ has a serving_step.py too
+    sys.modules[spec.name] = bench  # (dataclasses look their module up)
     spec.loader.exec_module(bench)
 
     assert bench.Layout.parse("mixed:6x64+1x32") == bench.Layout("mixed:6x64+1x32", 6, 64, 1, 32)
