@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from .. import jax as _xk
 from .cache import PageAllocator, cache_sharding, init_cache, pages_needed
 from .model import Config, forward_paged, param_shardings
 
@@ -63,7 +62,6 @@ def make_step(cfg: Config, attention: Callable | None = None, *, attend: Callabl
         if attend is None:  # our cache layout; a custom backend brings its own out_shardings
             rep = NamedSharding(mesh, P())
             jit_kwargs.setdefault("out_shardings", (rep, rep, [cache_sharding(mesh, axis)] * cfg.num_layers))
-    attention = attention or _xk.ragged_paged_attention
 
     def step(params, caches, batch: Batch):
         logits, caches = forward_paged(params, caches, batch, cfg, attention, attend)

@@ -191,15 +191,16 @@ def logits_from_hidden(x: jax.Array, params: dict, cfg: Config) -> jax.Array:
     return linear(rms_norm(x, params["final_norm"], cfg.rms_eps), params["lm_head"])
 
 
-def paged_attend(op: Callable = _xk.ragged_paged_attention) -> Callable:
+def paged_attend(op: Callable | None = None) -> Callable:
     """The default KV backend: K/V rows scattered into the interleaved paged cache (``write_kv``),
     then ``op`` (our ragged paged attention, or anything with its signature) over the pages."""
     from .cache import write_kv  # noqa: PLC0415
 
     def attend(q, k, v, cache, batch, cfg: Config):
         cache = write_kv(cache, k, v, batch.write_pages, batch.write_slots)
-        o = op(q.astype(cache.dtype), cache, batch.kv_lens, batch.page_indices, batch.cu_q_lens, batch.num_seqs,
-               sm_scale=cfg.sm_scale)
+        call = op or _xk.ragged_paged_attention  # looked up when traced (so a patched op is seen)
+        o = call(q.astype(cache.dtype), cache, batch.kv_lens, batch.page_indices, batch.cu_q_lens, batch.num_seqs,
+                 sm_scale=cfg.sm_scale)
         return o, cache
 
     return attend
@@ -215,7 +216,7 @@ def forward_paged(params: dict, caches: list, batch, cfg: Config, attention: Cal
     ``attention``: the op (default ``xla_gpu_kernels.jax.ragged_paged_attention``). ``attend``
     replaces the whole KV backend, cache layout included: ``attend(q, k, v, cache, batch, cfg) ->
     (out [tokens, Hq, D], cache)`` with q/k/v f32 after RoPE (benchmarks plug baselines in here)."""
-    attend = attend or paged_attend(attention or _xk.ragged_paged_attention)
+    attend = attend or paged_attend(attention)
     tokens = batch.token_ids.shape[0]
     x = params["embed"][batch.token_ids].astype(jnp.float32)
     new_caches = []
