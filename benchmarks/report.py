@@ -90,6 +90,11 @@ MANIFEST = {
                                "python3 benchmarks/native_vs_jit.py native-vs-jit.json decode:decode-native.json,"
                                "decode-ptx.json,decode-native2.json prefill:prefill-native.json,prefill-ptx.json,"
                                "prefill-native2.json"),
+        "accuracy.md": ("worst row-relative error per dtype under the stronger tests: the GPU kernels against the CPU "
+                        "path, JAX's reference and a float64 dense reference", "289a063",
+                        "the GPU suite (.gpu/bin/gpu --include-ignored), then from the installed wheel: "
+                        "XGK_TEST_INSTALLED=1 python3 -m pytest -m gpu tests/python/test_jax_gpu.py "
+                        "tests/python/test_long_gpu.py"),
         "criterion.md": ("criterion benches of the kernels", "564735a",
                          "cargo bench --bench kernels; python3 scripts/bench_report.py BENCH_LOG DEVICE_TXT"),
     },
