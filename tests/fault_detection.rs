@@ -54,7 +54,11 @@ fn deliberate_faults_fail_the_gpu_tests_comparison() {
         let head_dim = [64, 128][i % 2];
         // Decode rows long enough to split (and to be "long"), a chunked-prefill row set, a short
         // decode row.
-        let seqs = vec![(1, rng.gen_range(600..2000)), (rng.gen_range(2..6), rng.gen_range(300..900)), (1, rng.gen_range(2..60))];
+        let seqs = vec![
+            (1, rng.gen_range(600..2000)),
+            (rng.gen_range(2..6), rng.gen_range(300..900)),
+            (1, rng.gen_range(2..60)),
+        ];
         let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, 1, 2, [16, 8, 32][i % 3], &seqs, 1);
         // Peaky for even cases, whatever random_case chose, so both kinds are always here.
         if i % 2 == 0 {
@@ -63,7 +67,13 @@ fn deliberate_faults_fail_the_gpu_tests_comparison() {
         match i % 4 {
             1 => case.soft_cap = Some(biting_cap(&case, &mut rng)),
             // Windows shorter and longer than a split of MERGE_SPLIT keys.
-            2 => case.sliding_window = Some(if rng.gen_bool(0.5) { rng.gen_range(8..MERGE_SPLIT as u32) } else { rng.gen_range(600..1500) }),
+            2 => {
+                case.sliding_window = Some(if rng.gen_bool(0.5) {
+                    rng.gen_range(8..MERGE_SPLIT as u32)
+                } else {
+                    rng.gen_range(600..1500)
+                })
+            }
             3 => {
                 case.sliding_window = Some(rng.gen_range(300..1200));
                 case.soft_cap = Some(biting_cap(&case, &mut rng));

@@ -161,7 +161,7 @@ fn paged_attention_host_handler_decodes_attributes_of_any_width() {
     case.soft_cap = Some(cap);
     let want = case.oracle();
     let mut out = vec![0xFFu8; case.out_bytes()]; // NaN: an unwritten element fails is_finite
-    // JAX sends Python floats as F64 and ints as S64; np.float32 as F32.
+                                                  // JAX sends Python floats as F64 and ints as S64; np.float32 as F32.
     let mut fb = pa_frame(&mut case, &mut out)
         .f64_attr("sm_scale", 0.125)
         .i64_attr("sliding_window", 9)

@@ -910,7 +910,9 @@ fn paged_attention_long_context_128k() {
             let got = run_gpu(&stream, &case, kernel);
             let err = compare(&case, &got, &cpu, &label);
             let rel = assert_rows_close(&case, &got, &exact, &rows, &label);
-            println!("worst row-relative |gpu - cpu| 128k bf16 {variant} {kernel:?}: {err:.3e}; |gpu - float64| {rel:.3e}");
+            println!(
+                "worst row-relative |gpu - cpu| 128k bf16 {variant} {kernel:?}: {err:.3e}; |gpu - float64| {rel:.3e}"
+            );
         }
     }
 }

@@ -187,8 +187,10 @@ pub fn logit_spread(case: &Case) -> f64 {
     let q_elems = case.max_tokens * case.num_q_heads * d;
     let q_ms = (0..q_elems).map(|i| decode(case.q_dtype, &case.q, i).powi(2)).sum::<f64>() / q_elems.max(1) as f64;
     let kv_elems = case.kv.len() / case.kv_dtype.size_bytes().unwrap_or(1);
-    let keys: Vec<f64> =
-        (0..kv_elems.min(1 << 16)).filter(|e| (e / d) % (2 * nkv) % 2 == 0).map(|e| decode(case.kv_dtype, &case.kv, e)).collect();
+    let keys: Vec<f64> = (0..kv_elems.min(1 << 16))
+        .filter(|e| (e / d) % (2 * nkv) % 2 == 0)
+        .map(|e| decode(case.kv_dtype, &case.kv, e))
+        .collect();
     let k_ms = keys.iter().map(|k| k * k).sum::<f64>() / keys.len().max(1) as f64;
     let k_scale = case.k_scale.unwrap_or(1.0) as f64;
     (d as f64).sqrt() * q_ms.sqrt() * k_ms.sqrt() * k_scale * case.sm_scale as f64
@@ -357,7 +359,10 @@ impl Case {
                         // weights (the partials' softmax sums ignored); splits of masked keys only
                         // left out, as a kernel skips them.
                         (0..kv_len.div_ceil(MERGE_SPLIT))
-                            .filter(|&c| (c * MERGE_SPLIT..((c + 1) * MERGE_SPLIT).min(kv_len)).any(|j| j >= first_visible && j as i64 <= pos))
+                            .filter(|&c| {
+                                (c * MERGE_SPLIT..((c + 1) * MERGE_SPLIT).min(kv_len))
+                                    .any(|j| j >= first_visible && j as i64 <= pos)
+                            })
                             .map(|c| softmax(&|j: usize| j / MERGE_SPLIT == c && !dropped(j)))
                             .collect()
                     } else {
@@ -366,7 +371,10 @@ impl Case {
                     for x in 0..d {
                         let mut o = 0.0;
                         for (w, sum) in &parts {
-                            let acc: f64 = (0..kv_len).filter(|&j| w[j] != 0.0).map(|j| w[j] * load(j, 2 * g + 1, x, self.v_scale)).sum();
+                            let acc: f64 = (0..kv_len)
+                                .filter(|&j| w[j] != 0.0)
+                                .map(|j| w[j] * load(j, 2 * g + 1, x, self.v_scale))
+                                .sum();
                             o += acc / sum / parts.len() as f64;
                         }
                         out[(t * nq + h) * d + x] = o;
@@ -480,7 +488,10 @@ pub fn row_errors(
             r.worst_at = format!(
                 "row {row} (token * q heads + head): element {} got {} want {}, row error {err:.3e} over row max \
                  {big:.3e} = {:.3e} relative, bound {bound:.3e}",
-                at.0, at.1, at.2, err / big.max(f64::MIN_POSITIVE)
+                at.0,
+                at.1,
+                at.2,
+                err / big.max(f64::MIN_POSITIVE)
             );
         }
     }
@@ -594,7 +605,19 @@ pub fn assert_rows_close(case: &Case, got: &[u8], want: &[f64], rows: &[usize], 
     let row = case.num_q_heads * case.head_dim;
     let (hq, d) = (case.num_q_heads, case.head_dim);
     let at = |k: usize| rows[k / row] * row + k % row;
-    let r = row_errors(case.q_dtype, rows.len() * hq, d, |k| decode(case.q_dtype, got, at(k)), |k| want[at(k)], value_scale(case));
-    assert!(r.worst_ratio <= 1.0, "{label}: {} sampled rows off against the float64 oracle; worst {}", r.bad_rows, r.worst_at);
+    let r = row_errors(
+        case.q_dtype,
+        rows.len() * hq,
+        d,
+        |k| decode(case.q_dtype, got, at(k)),
+        |k| want[at(k)],
+        value_scale(case),
+    );
+    assert!(
+        r.worst_ratio <= 1.0,
+        "{label}: {} sampled rows off against the float64 oracle; worst {}",
+        r.bad_rows,
+        r.worst_at
+    );
     r.worst_rel
 }
