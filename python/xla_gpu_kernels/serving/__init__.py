@@ -15,5 +15,5 @@ from .model import CONFIGS, Config, forward_paged, init_params, llama3_8b, llama
 from .reference import compare_greedy, dense_greedy, dense_logits, teacher_forced_logits
 
 __all__ = ["Batch", "CONFIGS", "Config", "Engine", "PageAllocator", "Request", "cache_sharding", "compare_greedy",
-           "dense_greedy", "dense_logits", "forward_paged", "init_cache", "init_params", "llama3_8b", "llama3_70b", "make_step",
-           "param_shardings", "teacher_forced_logits", "tiny", "write_kv"]
+           "dense_greedy", "dense_logits", "forward_paged", "init_cache", "init_params", "llama3_8b", "llama3_70b",
+           "make_step", "param_shardings", "teacher_forced_logits", "tiny", "write_kv"]

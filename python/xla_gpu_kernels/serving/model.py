@@ -30,8 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import jax as _xk
 
-__all__ = ["Config", "llama3_8b", "llama3_70b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged", "paged_attend",
-           "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
+__all__ = ["Config", "llama3_8b", "llama3_70b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged",
+           "paged_attend", "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
 
 
 @dataclasses.dataclass(frozen=True)
