@@ -23,6 +23,7 @@ Times: median over ``--iters`` steps, each blocked on its result (includes JAX d
     python benchmarks/serving_step.py --config tiny                        # CPU, a few seconds
     python benchmarks/serving_step.py --config llama3-8b [--layers 32] \\
         [--cases decode:64x2048,prefill:1x2048,mixed:56x2048+1x512] [--out FILE.json]
+    python benchmarks/serving_step.py --config llama3-70b --layers 8      # one device: a few of 70B's layers
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from xla_gpu_kernels.serving.cache import write_kv  # noqa: E402
 DEFAULT_CASES = {
     "tiny": "decode:8x64,prefill:2x32,mixed:6x64+1x32",
     "llama3-8b": "decode:64x2048,prefill:1x2048,mixed:56x2048+1x512",
+    "llama3-70b": "decode:64x2048,prefill:1x2048,mixed:56x2048+1x512",
 }
 
 

@@ -7,6 +7,7 @@ prefill chunks under a token budget, the cache donated. Runs on CUDA when JAX se
     python examples/serving_step.py                        # tiny model, checked against a dense f32 reference
     python examples/serving_step.py --config llama3-8b     # Llama-3-8B shapes (GPU; --layers N for short runs)
     python examples/serving_step.py --tp 2                 # tensor parallel over 2 devices
+    python examples/serving_step.py --config llama3-70b --tp 8   # Llama-3-70B shapes, one KV head a GPU
     # the same over 2 processes (JAX multi-controller; on GPUs add --local-device-ids i):
     python examples/serving_step.py --tp 2 --coordinator 127.0.0.1:23456 --num-processes 2 --process-id {0,1}
 """
@@ -25,6 +26,7 @@ from xla_gpu_kernels.serving import (CONFIGS, Engine, compare_greedy, dense_gree
 DEFAULTS = {  # max_num_seqs, token_budget, prompt lengths
     "tiny": (4, 32, (5, 60)),
     "llama3-8b": (32, 512, (64, 1024)),
+    "llama3-70b": (32, 512, (64, 1024)),
 }
 
 

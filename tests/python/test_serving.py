@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from xla_gpu_kernels.serving import (Engine, PageAllocator, compare_greedy, dense_greedy, init_params, llama3_8b,
-                                     make_step, teacher_forced_logits, tiny, write_kv)
+                                     llama3_70b, make_step, teacher_forced_logits, tiny, write_kv)
 from xla_gpu_kernels.serving.model import rope
 
 jax.config.update("jax_platforms", "cpu")
@@ -219,6 +219,64 @@ def _run(args, devices):
 def test_tensor_parallel_step_is_megatron_on_two_cpu_devices():
     """TP=2: two all-reduces per layer, no all-gather, one attention call per device on its heads."""
     _run(["-c", TP_PROGRAM], 2)
+
+
+def test_llama3_70b_config():
+    """The 70B configuration's shapes and parameter count (shapes only, nothing allocated)."""
+    cfg = llama3_70b()
+    assert (cfg.num_layers, cfg.hidden, cfg.num_q_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_hidden,
+            cfg.vocab_size, cfg.rms_eps, cfg.rope_theta) == (80, 8192, 64, 8, 128, 28672, 128256, 1e-5, 500000.0)
+    assert llama3_70b(num_layers=2).num_layers == 2
+    params = jax.eval_shape(lambda: init_params(cfg, 0))
+    n = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+    assert n == cfg.num_params() and 70.5e9 < n < 70.6e9  # ~141 GB of bf16
+
+
+TP70B_PROGRAM = r"""
+import re, sys, time, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from xla_gpu_kernels.serving import Batch, cache_sharding, init_params, llama3_70b, make_step, param_shardings
+tp, layers = int(sys.argv[1]), int(sys.argv[2])
+cfg = llama3_70b(num_layers=layers)
+mesh = Mesh(np.array(jax.devices()[:tp]), ("tp",))
+T, S, PAGES, PAGE, PER_SEQ = 32, 8, 64, 16, 8  # token budget, sequences, pages, page size, pages per sequence
+# Shapes with their shardings only: no weight, cache or batch is allocated.
+sds = lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh)
+params = jax.tree.map(sds, jax.eval_shape(lambda: init_params(cfg, 0)), param_shardings(cfg, mesh))
+caches = [jax.ShapeDtypeStruct((PAGES, PAGE, 2 * cfg.num_kv_heads, cfg.head_dim), cfg.dtype,
+                               sharding=cache_sharding(mesh))] * layers
+rep = NamedSharding(mesh, P())
+i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=rep)
+batch = Batch(i32(T), i32(T), i32(T), i32(T), i32(S), i32(S, PER_SEQ), i32(S + 1), i32(1), i32(S))
+t0 = time.perf_counter()
+hlo = make_step(cfg, mesh=mesh).lower(params, caches, batch).compile().as_text()
+print(f"TP={tp} layers={layers}: lower + compile {time.perf_counter() - t0:.1f} s")
+count = lambda op: len(re.findall(r"= \S+ " + op + r"(-start)?\(", hlo))
+found = {op: count(op) for op in ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")}
+reduced = re.findall(r"= (\S+)\{[\d,]*\} all-reduce(?:-start)?\(", hlo)
+# the attention custom call's (q, pool) operand shapes, as each device sees them
+calls = re.findall(r'custom_call_target="xla_gpu_paged_attention", operand_layout_constraints='
+                   r"\{(bf16\[[\d,]+\])\{[\d,]*\}, (bf16\[[\d,]+\])\{", hlo)
+print("collectives", found, "all-reduced", sorted(set(reduced)), "attention calls (q, pool)", calls)
+# Megatron: one all-reduce of the hidden states after each row-parallel matmul (o and down), nothing
+# else; embedding and LM head are replicated, so they add none.
+assert found == {"all-reduce": 2 * layers, "all-gather": 0, "all-to-all": 0, "collective-permute": 0,
+                 "reduce-scatter": 0}, found
+assert reduced == [f"f32[{T},{cfg.hidden}]"] * (2 * layers), reduced
+hq, hkv = cfg.num_q_heads // tp, cfg.num_kv_heads // tp  # 8 q heads and 1 KV head a device at TP=8
+assert calls == [(f"bf16[{T},{hq},{cfg.head_dim}]", f"bf16[{PAGES},{PAGE},{2 * hkv},{cfg.head_dim}]")] * layers, calls
+"""
+
+
+@pytest.mark.parametrize("tp", [8, 4])
+def test_llama3_70b_tensor_parallel_step_is_megatron_on_eight_cpu_devices(tp):
+    """The engine step at Llama-3-70B's shapes (2 layers; nothing allocated: ShapeDtypeStructs with
+    shardings), lowered and compiled for TP=8 (one KV head and its 8 query heads a device) and
+    TP=4 (2 KV / 16 q) on 8 host devices: exactly 2 all-reduces per layer, of the [tokens, hidden]
+    activations; no all-gather, all-to-all, collective-permute or reduce-scatter; one attention call
+    per device per layer on local shapes. Compile ~1 s each on CPU (80 layers: ~10 s at TP=8)."""
+    out = _run(["-c", TP70B_PROGRAM, str(tp), "2"], 8)
+    assert f"TP={tp} layers=2" in out
 
 
 def _digest(out):

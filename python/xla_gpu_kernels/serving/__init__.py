@@ -11,9 +11,9 @@ continuous-batching scheduler (``engine``), and a dense f32-attention reference 
 
 from .cache import PageAllocator, cache_sharding, init_cache, write_kv
 from .engine import Batch, Engine, Request, make_step
-from .model import CONFIGS, Config, forward_paged, init_params, llama3_8b, param_shardings, tiny
+from .model import CONFIGS, Config, forward_paged, init_params, llama3_8b, llama3_70b, param_shardings, tiny
 from .reference import compare_greedy, dense_greedy, dense_logits, teacher_forced_logits
 
 __all__ = ["Batch", "CONFIGS", "Config", "Engine", "PageAllocator", "Request", "cache_sharding", "compare_greedy",
-           "dense_greedy", "dense_logits", "forward_paged", "init_cache", "init_params", "llama3_8b", "make_step",
-           "param_shardings", "teacher_forced_logits", "tiny", "write_kv"]
+           "dense_greedy", "dense_logits", "forward_paged", "init_cache", "init_params", "llama3_8b", "llama3_70b",
+           "make_step", "param_shardings", "teacher_forced_logits", "tiny", "write_kv"]

@@ -30,8 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import jax as _xk
 
-__all__ = ["Config", "llama3_8b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged", "paged_attend",
-           "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
+__all__ = ["Config", "llama3_8b", "llama3_70b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged",
+           "paged_attend", "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +74,20 @@ def llama3_8b(num_layers: int | None = None) -> Config:
                   mlp_hidden=14336).with_layers(num_layers)
 
 
+def llama3_70b(num_layers: int | None = None) -> Config:
+    """Llama-3-70B's shapes (80 layers, hidden 8192, 64 q / 8 KV heads of 128, MLP 28672, vocab 128256).
+    Tensor parallel up to 8 devices (one KV head and its 8 query heads each)."""
+    return Config(vocab_size=128256, hidden=8192, num_layers=80, num_q_heads=64, num_kv_heads=8, head_dim=128,
+                  mlp_hidden=28672).with_layers(num_layers)
+
+
 def tiny(num_layers: int | None = None) -> Config:
     """The same architecture, small enough for CI on two CPU cores."""
     return Config(vocab_size=1000, hidden=256, num_layers=2, num_q_heads=4, num_kv_heads=2, head_dim=64,
                   mlp_hidden=512).with_layers(num_layers)
 
 
-CONFIGS: dict[str, Callable[..., Config]] = {"tiny": tiny, "llama3-8b": llama3_8b}
+CONFIGS: dict[str, Callable[..., Config]] = {"tiny": tiny, "llama3-8b": llama3_8b, "llama3-70b": llama3_70b}
 
 _LAYER_SHAPES = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 
