@@ -374,7 +374,8 @@ fn build_ptx() -> Result<(), String> {
     let mut cubin_table = String::from("&[\n");
     let mut ptxas_version = String::new();
     if let Some(ptxas) = &ptxas {
-        ptxas_version = ptxas_release(ptxas)?;
+        // `find_ptxas` checked that this is the pinned release.
+        ptxas_version = PINNED_PTXAS.to_string();
         let jobs: Vec<(String, PathBuf, PathBuf)> = cubin_archs
             .iter()
             .map(|arch| {

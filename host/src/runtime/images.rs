@@ -22,6 +22,13 @@ pub struct ImageTarget {
     pub native: bool,
 }
 
+/// `cubin sm_90a`, `ptx sm_80`: the kind of code and its architecture.
+impl std::fmt::Display for ImageTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", if self.native { "cubin" } else { "ptx" }, self.arch)
+    }
+}
+
 impl ImageTarget {
     /// The compute capability (`major * 10 + minor`) the image targets, and whether it uses
     /// architecture-specific (`a`) features.
@@ -178,6 +185,10 @@ mod tests {
         assert!(ptx("sm_90a").has_wgmma() && !ptx("sm_80").has_wgmma());
         assert!(!ptx("sm_100a").has_wgmma());
         assert!(!ptx("compute_90").runs_on(90));
+        assert_eq!(
+            (cubin("sm_90a").to_string(), ptx("sm_80").to_string()),
+            ("cubin sm_90a".into(), "ptx sm_80".into())
+        );
     }
 
     #[test]

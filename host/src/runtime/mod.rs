@@ -132,6 +132,29 @@ pub struct KernelModule {
 /// A cluster shape of a kernel's blocks: (kernel, threads, dynamic shared bytes, blocks).
 type ClusterKey = (&'static str, u32, u32, u32);
 
+/// A kernel's handle (as an address) and the dynamic shared memory it has been allowed.
+type CachedFunction = (usize, u32);
+
+/// What [`KernelModule::load_image`] loaded: the image, its code, and a kernel already looked up
+/// (the PTX image's probe) for the function cache.
+type LoadedImage = (ImageTarget, LoadedCode, Option<(&'static str, CachedFunction)>);
+
+/// One embedded image, of either kind.
+#[derive(Clone, Copy)]
+enum Embedded {
+    Cubin(CubinImage),
+    Ptx(PtxImage),
+}
+
+impl Embedded {
+    fn target(&self) -> ImageTarget {
+        match self {
+            Embedded::Cubin(c) => c.target(),
+            Embedded::Ptx(p) => p.target(),
+        }
+    }
+}
+
 /// The kernels' code as loaded into one context: every kernel at once from a cubin, or each
 /// kernel's own PTX module when it is first asked for (JIT-compiled by the driver then).
 enum LoadedCode {
@@ -144,7 +167,7 @@ pub struct ContextModule {
     context: CUcontext,
     code: LoadedCode,
     /// Kernel handle and the dynamic shared memory it has been allowed, by name.
-    functions: Mutex<HashMap<&'static str, (usize, u32)>>,
+    functions: Mutex<HashMap<&'static str, CachedFunction>>,
     /// Resident blocks per multiprocessor, by (kernel, threads, dynamic shared bytes).
     occupancy: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     /// [`ContextModule::active_clusters`] by (kernel, threads, shared bytes, cluster size).
@@ -201,19 +224,19 @@ impl KernelModule {
     }
 
     /// The embedded images, most specific first: the cubins, then the PTX images.
-    fn targets(&self) -> Vec<ImageTarget> {
-        let mut cubins: Vec<ImageTarget> = self.images.cubins.iter().map(CubinImage::target).collect();
-        let mut ptx: Vec<ImageTarget> = self.images.ptx.iter().map(PtxImage::target).collect();
-        cubins.sort_by_key(ImageTarget::preference);
-        ptx.sort_by_key(ImageTarget::preference);
+    fn by_preference(&self) -> Vec<Embedded> {
+        let mut cubins: Vec<Embedded> = self.images.cubins.iter().map(|&c| Embedded::Cubin(c)).collect();
+        let mut ptx: Vec<Embedded> = self.images.ptx.iter().map(|&p| Embedded::Ptx(p)).collect();
+        cubins.sort_by_key(|i| i.target().preference());
+        ptx.sort_by_key(|i| i.target().preference());
         cubins.extend(ptx);
         cubins
     }
 
     /// The embedded images as `cubin sm_90a, ..., ptx sm_80` (for error messages and the version).
     pub fn describe(&self) -> String {
-        let kind = |t: &ImageTarget| if t.native { "cubin" } else { "ptx" };
-        self.targets().iter().map(|t| format!("{} {}", kind(t), t.arch)).collect::<Vec<_>>().join(", ")
+        let described: Vec<String> = self.by_preference().iter().map(|i| i.target().to_string()).collect();
+        described.join(", ")
     }
 
     /// The module loaded in the context that owns `stream`, loading it on first use.
@@ -346,7 +369,7 @@ impl KernelModule {
     /// the function cache; its other kernels are compiled when first asked for. Any other load
     /// error (out of memory, a sticky error from an earlier fault) is returned as it is: falling
     /// back then would cache a lesser image for the context for good.
-    fn load_image(&self, cc: u32) -> Result<(ImageTarget, LoadedCode, Option<(&'static str, (usize, u32))>)> {
+    fn load_image(&self, cc: u32) -> Result<LoadedImage> {
         let forced = std::env::var(PTX_ARCH_ENV_VAR).ok().filter(|v| !v.is_empty());
         if let Some(arch) = &forced {
             if !self.images.ptx.iter().any(|i| i.arch == arch) {
@@ -357,7 +380,8 @@ impl KernelModule {
             }
         }
         let mut refused = Vec::new();
-        for target in self.targets() {
+        for embedded in self.by_preference() {
+            let target = embedded.target();
             let chosen = match &forced {
                 Some(arch) => !target.native && target.arch == arch,
                 None => true,
@@ -365,30 +389,30 @@ impl KernelModule {
             if !chosen || !target.runs_on(cc) {
                 continue;
             }
-            let loaded = if target.native {
-                let cubin = self.images.cubins.iter().find(|c| c.arch == target.arch).expect("listed by targets");
-                let words = cubin.aligned();
-                // SAFETY: an ELF image from ptxas, 8-byte aligned; the caller made the context
-                // current. The driver copies what it needs.
-                unsafe { cu::module::load_data(words.as_ptr() as *const c_void) }
-                    .map(|module| (target, LoadedCode::Cubin(module), None))
-            } else {
-                let image = *self.images.ptx.iter().find(|i| i.arch == target.arch).expect("listed by targets");
-                let probe = image
-                    .kernels
-                    .iter()
-                    .min_by_key(|&&(_, start, end)| end - start)
-                    .map(|&(name, _, _)| name)
-                    .ok_or_else(|| Error::invalid("internal: a PTX image without kernels"))?;
-                // SAFETY: the caller made the context current.
-                unsafe { load_ptx_kernel(&image, probe) }
-                    .map(|f| (target, LoadedCode::Ptx(image), Some((probe, (f as usize, 48 * 1024)))))
+            let loaded = match embedded {
+                Embedded::Cubin(cubin) => {
+                    let words = cubin.aligned();
+                    // SAFETY: an ELF image from ptxas, 8-byte aligned; the caller made the context
+                    // current. The driver copies what it needs.
+                    unsafe { cu::module::load_data(words.as_ptr() as *const c_void) }
+                        .map(|module| (target, LoadedCode::Cubin(module), None))
+                }
+                Embedded::Ptx(image) => {
+                    let probe = image
+                        .kernels
+                        .iter()
+                        .min_by_key(|&&(_, start, end)| end - start)
+                        .map(|&(name, _, _)| name)
+                        .ok_or_else(|| Error::invalid("internal: a PTX image without kernels"))?;
+                    // SAFETY: the caller made the context current.
+                    unsafe { load_ptx_kernel(&image, probe) }
+                        .map(|f| (target, LoadedCode::Ptx(image), Some((probe, (f as usize, 48 * 1024)))))
+                }
             };
             match loaded {
                 Ok(loaded) => return Ok(loaded),
                 Err(e) if image_not_compiled(e.0) => {
-                    let kind = if target.native { "cubin" } else { "ptx" };
-                    refused.push(format!("{kind} {}: {}", target.arch, Error::cuda("cuModuleLoadData", e)))
+                    refused.push(format!("{target}: {}", Error::cuda("cuModuleLoadData", e)))
                 }
                 Err(e) => return Err(Error::cuda("cuModuleLoadData", e)),
             }

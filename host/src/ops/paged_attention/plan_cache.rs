@@ -219,12 +219,8 @@ fn plan_log_line(
     plan: &LaunchPlan,
 ) -> String {
     let device = format!(
-        "sm_{} ({} {}), {} SMs, {:.1} GB/s of DRAM per SM",
-        module.compute_capability,
-        module.image.arch,
-        if module.image.native { "cubin" } else { "ptx" },
-        module.multiprocessors,
-        module.dram_gbs_per_multiprocessor
+        "sm_{} ({}), {} SMs, {:.1} GB/s of DRAM per SM",
+        module.compute_capability, module.image, module.multiprocessors, module.dram_gbs_per_multiprocessor
     );
     plan_log_text(&device, spec, choice, limit, captured, plan)
 }
