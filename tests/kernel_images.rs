@@ -46,7 +46,7 @@ fn each_ptx_kernel_is_a_module_of_its_own() {
             assert_eq!(text.matches(".entry ").count(), 1, "{}: {name}'s range holds another kernel", image.arch);
             let module = image.kernel_module(name).unwrap();
             assert_eq!(module.last(), Some(&0));
-            assert!(module.starts_with(image.ptx[..image.declarations].as_bytes()));
+            assert!(module.starts_with(&image.ptx.as_bytes()[..image.declarations]));
         }
         // The ranges tile the text after the declarations: nothing is lost between kernels.
         let mut ranges: Vec<(usize, usize)> = image.kernels.iter().map(|&(_, s, e)| (s, e)).collect();

@@ -470,7 +470,9 @@ pub fn row_errors(
         for i in row * row_len..(row + 1) * row_len {
             let (g, w) = (got(i), want(i));
             let e = (g - w).abs();
-            if !(e <= err) {
+            // A NaN error counts as infinite, so an element that was never written (NaN poison)
+            // fails the row.
+            if e.is_nan() || e > err {
                 err = if e.is_nan() { f64::INFINITY } else { e };
                 at = (i, g, w);
             }
