@@ -14,15 +14,33 @@ attention differ, all inside one ``jax.jit`` with the cache donated (K/V written
 - ``no-attn``: K/V written, attention output zeros: the rest of the model's cost.
 
 Batches are static layouts: ``decode:DxL`` (D decode rows over L tokens of context),
-``prefill:PxC`` (P whole prompts of C tokens, one chunk each), ``mixed:DxL+PxC`` (both in one
+``prefill:PxC`` (P whole prompts of C tokens, one chunk each), ``prefill:PxC@L`` (P chunks of C
+tokens, each the last C of a context of L: chunked prefill), ``mixed:DxL+PxC`` (both in one
 step, as continuous batching makes them). The baselines are told the layout statically (which
 rows decode, which prefill); ours reads it from the ragged metadata. Pages are handed out in random
 order. Before timing, every backend's logits are checked against ours (max |diff|, argmax agreement).
-Times: median over ``--iters`` steps, each blocked on its result (includes JAX dispatch).
+
+Times: ``ms``, the median over ``--iters`` steps, each blocked on its result (JAX dispatch
+included); ``dispatch_ms``, the median time the step call takes to return (the host's part);
+``pipelined_ms``, wall time per step of ``--iters`` steps issued back to back (what a serving loop
+that does not wait gets). Run once with ``XLA_FLAGS=--xla_gpu_enable_command_buffer=`` to see the
+host time without command buffers (``command_buffers`` in the JSON says which).
+
+KV memory: a layout whose pages do not fit ``--cache-gb`` (per backend) draws its sequences'
+context pages from a shared pool of that size (with replacement across sequences); the pages a
+step writes stay each sequence's own. Every read still goes to a page of a pool hundreds of times
+the L2, so the step reads from DRAM as it would with private pages; ``pool_pages`` and
+``shared_pages`` in each row say when this happened.
+
+``--profile``: one traced step per case and backend (``jax.profiler``), its GPU kernel time split
+into our attention kernels (``rpa_*``), other attention kernels (Pallas, cuDNN), GEMMs and the rest.
+
+Every (case, backend) step is compiled up front, ``--compile-workers`` at a time (XLA compiles
+outside the GIL), then run one after another.
 
     python benchmarks/serving_step.py --config tiny                        # CPU, a few seconds
     python benchmarks/serving_step.py --config llama3-8b [--layers 32] \\
-        [--cases decode:64x2048,prefill:1x2048,mixed:56x2048+1x512] [--out FILE.json]
+        [--cases decode:64x2048,prefill:4x2048@4096,mixed:56x2048+1x512] [--profile] [--out FILE.json]
     python benchmarks/serving_step.py --config llama3-70b --layers 8      # one device: a few of 70B's layers
 """
 
@@ -61,8 +79,9 @@ class Layout:
     name: str
     decode: int = 0       # decode rows
     ctx: int = 0          # their context (kv_len, the new token included)
-    prefill: int = 0      # prompts prefilled whole in this step
+    prefill: int = 0      # prefill chunks in this step
     chunk: int = 0        # their length
+    chunk_ctx: int = 0    # each chunk's context (kv_len): the chunk is its last ``chunk`` tokens
 
     @property
     def tokens(self) -> int:
@@ -72,42 +91,75 @@ class Layout:
     def seqs(self) -> int:
         return self.decode + self.prefill
 
+    @property
+    def q_lens(self) -> list[int]:
+        return [1] * self.decode + [self.chunk] * self.prefill
+
+    @property
+    def kv_lens(self) -> list[int]:
+        return [self.ctx] * self.decode + [self.chunk_ctx] * self.prefill
+
     @staticmethod
     def parse(spec: str) -> "Layout":
         kind, _, body = spec.partition(":")
-        d = l = p = c = 0
+        d = l = p = c = ctx = 0
         parts = body.split("+")
         if kind not in ("decode", "prefill", "mixed") or len(parts) != (2 if kind == "mixed" else 1):
-            raise ValueError(f"bad case {spec!r}: decode:DxL, prefill:PxC or mixed:DxL+PxC")
+            raise ValueError(f"bad case {spec!r}: decode:DxL, prefill:PxC[@L] or mixed:DxL+PxC[@L]")
         for i, part in enumerate(parts):
+            part, _, at = part.partition("@")
             a, b = (int(x) for x in part.split("x"))
             if kind == "prefill" or i == 1:
                 p, c = a, b
+                ctx = int(at) if at else c
+                if ctx < c:
+                    raise ValueError(f"bad case {spec!r}: a chunk's context is at least its length")
             else:
                 d, l = a, b
-        return Layout(spec, d, l, p, c)
+        return Layout(spec, d, l, p, c, ctx)
 
 
 def pages_for(layout: Layout, page: int) -> tuple[int, int]:
     dec = math.ceil(layout.ctx / page) if layout.decode else 0
-    pre = math.ceil(layout.chunk / page) if layout.prefill else 0
+    pre = math.ceil(layout.chunk_ctx / page) if layout.prefill else 0
     return dec, pre
 
 
-def make_batch(layout: Layout, page: int, rng) -> tuple[Batch, int]:
-    """The layout's batch (decode rows first) with pages in random order; returns (batch, num_pages)."""
-    dec_p, pre_p = pages_for(layout, page)
-    per_seq = [dec_p] * layout.decode + [pre_p] * layout.prefill
-    num_pages = sum(per_seq) + 1
-    perm = rng.permutation(num_pages).astype(np.int32)
+def page_bytes(cfg, page: int) -> int:
+    """One page of every layer's cache (K and V)."""
+    return cfg.num_layers * page * 2 * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
+
+
+def make_batch(layout: Layout, page: int, rng, max_pages: int | None = None) -> tuple[Batch, int, int]:
+    """The layout's batch (decode rows first) with pages in random order; returns (batch,
+    num_pages, shared_pages). With ``max_pages`` smaller than the layout needs, the pages a step
+    writes stay private and the rest of every context comes from a shared pool (``shared_pages``
+    > 0): random, distinct within a sequence, repeated across sequences."""
+    per_seq = [math.ceil(kv / page) for kv in layout.kv_lens]
+    written = [n - (kv - q) // page for n, q, kv in zip(per_seq, layout.q_lens, layout.kv_lens)]
+    need = sum(per_seq)
     P = max(per_seq)
     page_idx = np.zeros((layout.seqs, P), np.int32)
-    off = 0
-    for s, n in enumerate(per_seq):
-        page_idx[s, :n] = perm[off:off + n]
-        off += n
-    q_lens = [1] * layout.decode + [layout.chunk] * layout.prefill
-    kv_lens = np.array([layout.ctx] * layout.decode + [layout.chunk] * layout.prefill, np.int32)
+    if max_pages is None or need + 1 <= max_pages:
+        num_pages, shared = need + 1, 0
+        perm = rng.permutation(num_pages).astype(np.int32)
+        off = 0
+        for s, n in enumerate(per_seq):
+            page_idx[s, :n] = perm[off:off + n]
+            off += n
+    else:
+        private = sum(written)
+        shared = max_pages - 1 - private
+        if shared < max(n - w for n, w in zip(per_seq, written)):
+            raise SystemExit(f"{layout.name}: --cache-gb holds {max_pages} pages, too few for one sequence")
+        num_pages = max_pages
+        own = rng.permutation(private).astype(np.int32)
+        off = 0
+        for s, (n, w) in enumerate(zip(per_seq, written)):
+            page_idx[s, :n - w] = private + rng.choice(shared, n - w, replace=False)
+            page_idx[s, n - w:n] = own[off:off + w]
+            off += w
+    q_lens, kv_lens = layout.q_lens, np.array(layout.kv_lens, np.int32)
     cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
     pos = np.concatenate([np.arange(kv - q, kv) for q, kv in zip(q_lens, kv_lens)]).astype(np.int32)
     seq_of = np.repeat(np.arange(layout.seqs), q_lens)
@@ -115,12 +167,23 @@ def make_batch(layout: Layout, page: int, rng) -> tuple[Batch, int]:
     tok = rng.integers(0, 1000, layout.tokens).astype(np.int32)
     batch = Batch(tok, pos, wpage, (pos % page).astype(np.int32), kv_lens, page_idx, cu,
                   np.array([layout.seqs], np.int32), (cu[1:] - 1).astype(np.int32))
-    return batch, num_pages
+    return batch, num_pages, shared
 
 
 def _dpa(q, k, v, *, causal, kv_lens=None, impl):
     return jax.nn.dot_product_attention(q, k, v, is_causal=causal, key_value_seq_lengths=kv_lens,
                                         scale=q.shape[-1] ** -0.5, implementation=impl)
+
+
+def _prefill(q, k, v, layout: Layout, impl):
+    """Causal attention of chunks ``q [P, C, Hq, D]`` over their contexts ``k, v [P, L, Hkv, D]``
+    (the chunk is the context's last C tokens): the library's causal mask when C == L, else an
+    explicit bottom-right one (``is_causal`` aligns the mask top-left)."""
+    C, L = layout.chunk, layout.chunk_ctx
+    if C == L:
+        return _dpa(q, k, v, causal=True, impl=impl)
+    mask = (jnp.arange(L)[None, :] <= jnp.arange(C)[:, None] + (L - C))[None, None]
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=q.shape[-1] ** -0.5, implementation=impl)
 
 
 def xla_attend(layout: Layout, page: int):
@@ -141,9 +204,9 @@ def xla_attend(layout: Layout, page: int):
             kd, vd = gather(cache, batch.page_indices[:D, :dec_p], dec_p * page)
             outs.append(_dpa(q[:D, None], kd, vd, causal=False, kv_lens=batch.kv_lens[:D], impl="xla")[:, 0])
         if layout.prefill:
-            kp, vp = gather(cache, batch.page_indices[D:, :pre_p], C)
+            kp, vp = gather(cache, batch.page_indices[D:, :pre_p], layout.chunk_ctx)
             qp = q[D:].reshape(layout.prefill, C, *q.shape[1:])
-            outs.append(_dpa(qp, kp, vp, causal=True, impl="xla").reshape(-1, *q.shape[1:]))
+            outs.append(_prefill(qp, kp, vp, layout, "xla").reshape(-1, *q.shape[1:]))
         return jnp.concatenate(outs), cache
 
     return attend
@@ -171,12 +234,12 @@ def pallas_cudnn_attend(layout: Layout, page: int, on_gpu: bool):
         if layout.prefill:
             pages = batch.page_indices[D:, :pre_p]
 
-            def gather(pool):  # [Hkv, seqs, P, page, hd] -> [seqs, C, Hkv, hd]
+            def gather(pool):  # [Hkv, seqs, P, page, hd] -> [seqs, L, Hkv, hd]
                 g = pool[:, pages]
-                return g.reshape(g.shape[0], g.shape[1], -1, g.shape[-1])[:, :, :C].transpose(1, 2, 0, 3)
+                return g.reshape(g.shape[0], g.shape[1], -1, g.shape[-1])[:, :, :layout.chunk_ctx].transpose(1, 2, 0, 3)
 
             qp = q[D:].reshape(layout.prefill, C, *q.shape[1:])
-            outs.append(_dpa(qp, gather(kp), gather(vp), causal=True, impl="cudnn" if on_gpu else "xla")
+            outs.append(_prefill(qp, gather(kp), gather(vp), layout, "cudnn" if on_gpu else "xla")
                         .reshape(-1, *q.shape[1:]))
         return jnp.concatenate(outs), (kp, vp)
 
@@ -189,19 +252,101 @@ def no_attend(q, k, v, cache, batch, cfg):
 
 
 def time_step(step, params, caches, batch, iters, warmup=3):
+    """(median blocked step, median dispatch, wall per step back to back) in seconds, and the caches."""
     out = None
     for _ in range(warmup):
         out = step(params, caches, batch)
         caches = out[2]
     jax.block_until_ready(out)
-    times = []
+    blocked, dispatch = [], []
     for _ in range(iters):
         t0 = time.perf_counter()
         out = step(params, caches, batch)
+        t1 = time.perf_counter()
         jax.block_until_ready(out[0])
-        times.append(time.perf_counter() - t0)
+        blocked.append(time.perf_counter() - t0)
+        dispatch.append(t1 - t0)
         caches = out[2]
-    return statistics.median(times), caches
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        out = step(params, caches, batch)
+        caches = out[2]
+    jax.block_until_ready(out[0])
+    pipelined = (time.perf_counter() - t0) / iters
+    return statistics.median(blocked), statistics.median(dispatch), pipelined, caches
+
+
+KERNEL_CLASSES = (  # (class, substrings of a GPU kernel's name), first match wins
+    ("ours", ("rpa_",)),
+    ("other attention", ("paged_attention", "cudnn", "fmha", "flash", "sdpa", "attention")),
+    ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "matmul", "triton_dot")),
+)
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    return next((c for c, keys in KERNEL_CLASSES if any(k in low for k in keys)), "rest")
+
+
+def profile_step(step, params, caches, batch, steps: int = 2):
+    """GPU kernel time of ``steps`` traced steps by ``kernel_class`` (seconds per step), the top
+    kernels, and the caches. Reads the Perfetto trace ``jax.profiler`` writes: complete events on
+    the GPU's stream threads (the "XLA Ops"/"XLA Modules" lines repeat them and are skipped)."""
+    import glob  # noqa: PLC0415
+    import gzip  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    out = step(params, caches, batch)
+    caches = out[2]
+    jax.block_until_ready(out)
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            for _ in range(steps):
+                out = step(params, caches, batch)
+                caches = out[2]
+            jax.block_until_ready(out)
+        path = (glob.glob(f"{d}/**/*perfetto_trace.json.gz", recursive=True)
+                or glob.glob(f"{d}/**/*.trace.json.gz", recursive=True))
+        if not path:
+            return {"error": "no trace written"}, caches
+        with gzip.open(path[0]) as f:
+            trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    by_class: dict[str, float] = {}
+    by_name: dict[str, float] = {}
+    for e in events:
+        if e.get("ph") != "X" or "GPU" not in procs.get(e.get("pid"), ""):
+            continue
+        if not threads.get((e["pid"], e.get("tid")), "").startswith("Stream"):
+            continue
+        dur = float(e.get("dur", 0)) * 1e-6 / steps
+        by_class[kernel_class(e["name"])] = by_class.get(kernel_class(e["name"]), 0.0) + dur
+        by_name[e["name"]] = by_name.get(e["name"], 0.0) + dur
+    total = sum(by_class.values())
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
+    gpu_threads = sorted({f"{procs.get(p, p)}/{t}" for (p, _), t in threads.items() if "GPU" in str(procs.get(p))})
+    return {"gpu_ms": total * 1e3, "gpu_threads": gpu_threads[:16], "ms_by_class": {k: v * 1e3 for k, v in sorted(by_class.items())},
+            "share_by_class": {k: v / total for k, v in sorted(by_class.items())} if total else {},
+            "top_kernels_ms": [[n[:120], t * 1e3] for n, t in top]}, caches
+
+
+def make_backend(name: str, cfg, layout: Layout, num_pages: int, page: int, on_gpu: bool):
+    """(jitted step, a function making its zeroed caches)."""
+    if name == "ours":
+        return make_step(cfg), lambda: init_cache(cfg, num_pages, page)
+    if name == "xla":
+        return make_step(cfg, attend=xla_attend(layout, page)), lambda: init_cache(cfg, num_pages, page)
+    if name == "no-attn":
+        return make_step(cfg, attend=no_attend), lambda: init_cache(cfg, num_pages, page)
+    if name == "pallas+cudnn":
+        shape = (cfg.num_kv_heads, num_pages, page, cfg.head_dim)
+        zeros = jax.jit(lambda: jnp.zeros(shape, cfg.dtype))
+        return (make_step(cfg, attend=pallas_cudnn_attend(layout, page, on_gpu)),
+                lambda: [(zeros(), zeros()) for _ in range(cfg.num_layers)])
+    raise SystemExit(f"unknown backend {name}")
 
 
 def main(argv=None) -> dict:
@@ -213,6 +358,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache-gb", type=float, help="KV cache of one backend at most this size (GB); see above")
+    ap.add_argument("--profile", action="store_true", help="GPU kernel time by class, from a jax.profiler trace")
+    ap.add_argument("--compile-workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--out", help="JSON results (and a PNG next to it when matplotlib is there)")
     args = ap.parse_args(argv)
     cfg = CONFIGS[args.config](args.layers)
@@ -220,85 +368,122 @@ def main(argv=None) -> dict:
     device = jax.devices()[0].device_kind
     layouts = [Layout.parse(s) for s in (args.cases or DEFAULT_CASES[args.config]).split(",")]
     backends = args.backends.split(",")
-    print(f"{args.config} layers={cfg.num_layers} on {device} ({jax.default_backend()}), JAX {jax.__version__}")
+    # XLA's GPU command buffers are on by default; an empty list of command types turns them off.
+    command_buffers = ("--xla_gpu_enable_command_buffer=" not in os.environ.get("XLA_FLAGS", "").split()
+                       if on_gpu else None)
+    print(f"{args.config} layers={cfg.num_layers} on {device} ({jax.default_backend()}), JAX {jax.__version__}, "
+          f"command buffers {command_buffers}")
     params = init_params(cfg, args.seed)
     rng = np.random.default_rng(args.seed)
-    rows = []
+    max_pages = int(args.cache_gb * 1e9 // page_bytes(cfg, args.page_size)) if args.cache_gb else None
+
+    # Every (case, backend) compiled up front, in parallel; caches stay abstract until their turn.
+    jobs = []
     for layout in layouts:
-        batch, num_pages = make_batch(layout, args.page_size, rng)
+        batch, num_pages, shared = make_batch(layout, args.page_size, rng, max_pages)
         batch = Batch(*(jnp.asarray(a) for a in batch))
-        ref_logits = None
         for name in backends:
+            step, new_caches = make_backend(name, cfg, layout, num_pages, args.page_size, on_gpu)
+            jobs.append((layout, name, batch, num_pages, shared, step, new_caches))
+
+    def compile_one(job):
+        layout, name, batch, _, _, step, new_caches = job
+        t0 = time.perf_counter()
+        try:
+            return step.lower(params, jax.eval_shape(new_caches), batch).compile(), time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 (a baseline that cannot build this case is reported)
+            return e, time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    with ThreadPoolExecutor(max(1, args.compile_workers)) as pool:
+        compiled = list(pool.map(compile_one, jobs))
+    print(f"compiled {len(jobs)} steps in {time.perf_counter() - t0:.1f}s ({args.compile_workers} at a time)")
+
+    rows = []
+    ref_logits = {}
+    for (layout, name, batch, num_pages, shared, _, new_caches), (step, compile_s) in zip(jobs, compiled):
+        row = {"case": layout.name, "backend": name, "tokens": layout.tokens, "pool_pages": num_pages,
+               "shared_pages": shared, "compile_s": round(compile_s, 2)}
+        caches = None
+        try:
+            if isinstance(step, Exception):
+                raise step
+            caches = new_caches()
+            _, logits, caches = step(params, caches, batch)
+            logits = np.asarray(logits)
+            check = ""
             if name == "ours":
-                step, caches = make_step(cfg), init_cache(cfg, num_pages, args.page_size)
-            elif name == "xla":
-                step, caches = make_step(cfg, attend=xla_attend(layout, args.page_size)), init_cache(
-                    cfg, num_pages, args.page_size)
-            elif name == "no-attn":
-                step, caches = make_step(cfg, attend=no_attend), init_cache(cfg, num_pages, args.page_size)
-            elif name == "pallas+cudnn":
-                shape = (cfg.num_kv_heads, num_pages, args.page_size, cfg.head_dim)
-                step = make_step(cfg, attend=pallas_cudnn_attend(layout, args.page_size, on_gpu))
-                caches = [(jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype)) for _ in range(cfg.num_layers)]
-            else:
-                raise SystemExit(f"unknown backend {name}")
-            try:
-                _, logits, caches = step(params, caches, batch)
-                logits = np.asarray(logits)
-                check = ""
-                if name == "ours":
-                    ref_logits = logits
-                elif ref_logits is not None and name != "no-attn":
-                    err = float(np.abs(logits - ref_logits).max())
-                    agree = float((logits.argmax(-1) == ref_logits.argmax(-1)).mean())
-                    check = f"max |logits - ours| {err:.3g}, argmax agree {agree:.0%}"
-                    assert err < 0.25, check
-                ms, caches = time_step(step, params, caches, batch, args.iters)
-                ms *= 1e3
-            except Exception as e:  # noqa: BLE001 (a baseline that cannot run this case is reported)
-                rows.append({"case": layout.name, "backend": name, "error": f"{type(e).__name__}: {e}"[:300]})
-                print(f"  {layout.name:28s} {name:13s} FAILED {rows[-1]['error']}")
-                continue
-            finally:
-                del caches
-            rows.append({"case": layout.name, "backend": name, "tokens": layout.tokens, "ms": ms,
-                         "tokens_per_s": layout.tokens / ms * 1e3, "check": check})
-            print(f"  {layout.name:28s} {name:13s} {ms:9.3f} ms  {layout.tokens / ms * 1e3:12.0f} tok/s  {check}")
+                ref_logits[layout.name] = logits
+            elif layout.name in ref_logits and name != "no-attn":
+                ref = ref_logits[layout.name]
+                err = float(np.abs(logits - ref).max())
+                agree = float((logits.argmax(-1) == ref.argmax(-1)).mean())
+                check = f"max |logits - ours| {err:.3g}, argmax agree {agree:.0%}"
+                assert err < 0.25, check
+            ms, dispatch, pipelined, caches = time_step(step, params, caches, batch, args.iters)
+            row.update(ms=ms * 1e3, dispatch_ms=dispatch * 1e3, pipelined_ms=pipelined * 1e3,
+                       tokens_per_s=layout.tokens / ms, check=check)
+            if args.profile:
+                row["profile"], caches = profile_step(step, params, caches, batch)
+        except Exception as e:  # noqa: BLE001 (a baseline that cannot run this case is reported)
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+            print(f"  {layout.name:28s} {name:13s} FAILED {row['error']}")
+            rows.append(row)
+            continue
+        finally:
+            del caches
+        rows.append(row)
+        prof = row.get("profile", {}).get("share_by_class", {})
+        shares = " ".join(f"{k} {v:.0%}" for k, v in prof.items())
+        print(f"  {layout.name:28s} {name:13s} {row['ms']:9.3f} ms (host {row['dispatch_ms']:.3f}, back to back "
+              f"{row['pipelined_ms']:.3f})  {row['tokens_per_s']:10.0f} tok/s  {check} {shares}")
     result = {"config": args.config, "layers": cfg.num_layers, "device": device, "backend": jax.default_backend(),
               "jax": jax.__version__, "page_size": args.page_size, "iters": args.iters,
+              "command_buffers": command_buffers, "cache_gb": args.cache_gb,
+              "xla_flags": os.environ.get("XLA_FLAGS", ""),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
-    print("\n| case | tokens | " + " | ".join(f"{b} ms" for b in backends) + " | ours vs best baseline |")
-    print("|---|---|" + "---|" * len(backends) + "---|")
+    print("\n| case | tokens | " + " | ".join(f"{b} ms" for b in backends) + " | ours vs best baseline |"
+          + (" ours attention share |" if args.profile else ""))
+    print("|---|---|" + "---|" * len(backends) + "---|" + ("---|" if args.profile else ""))
     for layout in layouts:
         got = {r["backend"]: r for r in rows if r["case"] == layout.name}
         cells = [f"{got[b]['ms']:.3f}" if "ms" in got.get(b, {}) else "n/a" for b in backends]
         base = [got[b]["ms"] for b in ("pallas+cudnn", "xla") if "ms" in got.get(b, {})]
         speed = f"{min(base) / got['ours']['ms']:.2f}x" if base and "ms" in got.get("ours", {}) else "n/a"
-        print(f"| {layout.name} | {layout.tokens} | " + " | ".join(cells) + f" | {speed} |")
+        share = got.get("ours", {}).get("profile", {}).get("share_by_class", {}).get("ours")
+        print(f"| {layout.name} | {layout.tokens} | " + " | ".join(cells) + f" | {speed} |"
+              + (f" {share:.1%} |" if share is not None else " n/a |" if args.profile else ""))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
-        try:
-            import matplotlib  # noqa: PLC0415
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt  # noqa: PLC0415
-
-            fig, ax = plt.subplots(figsize=(7, 3.5))
-            width = 0.8 / len(backends)
-            for i, b in enumerate(backends):
-                ys = [next((r.get("ms", 0) for r in rows if r["case"] == lay.name and r["backend"] == b), 0)
-                      for lay in layouts]
-                ax.bar(np.arange(len(layouts)) + i * width, ys, width, label=b)
-            ax.set_xticks(np.arange(len(layouts)) + 0.4 - width / 2, [lay.name for lay in layouts], fontsize=8)
-            ax.set_ylabel("step time (ms)")
-            ax.set_title(f"serving step, {args.config} x{cfg.num_layers} layers, {device}")
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            fig.savefig(os.path.splitext(args.out)[0] + ".png", dpi=120)
-        except ImportError:
-            print("matplotlib not installed: no plot")
+        plot(result, layouts, backends, os.path.splitext(args.out)[0] + ".png")
     return result
+
+
+def plot(result: dict, layouts: list[Layout], backends: list[str], path: str) -> None:
+    """Bars of step time per case and backend."""
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / len(backends)
+    for i, b in enumerate(backends):
+        ys = [next((r.get("ms", 0) for r in rows if r["case"] == lay.name and r["backend"] == b), 0) for lay in layouts]
+        ax.bar(np.arange(len(layouts)) + i * width, ys, width, label=b)
+    ax.set_xticks(np.arange(len(layouts)) + 0.4 - width / 2, [lay.name for lay in layouts], fontsize=7, rotation=15)
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(f"serving step, {result['config']} x{result['layers']} layers, {result['device']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
