@@ -426,7 +426,10 @@ def main(argv=None) -> dict:
             row.update(ms=ms * 1e3, dispatch_ms=dispatch * 1e3, pipelined_ms=pipelined * 1e3,
                        tokens_per_s=layout.tokens / ms, check=check)
             if args.profile:
-                row["profile"], caches = profile_step(step, params, caches, batch)
+                try:
+                    row["profile"], caches = profile_step(step, params, caches, batch)
+                except Exception as e:  # noqa: BLE001 (the timing stands without it)
+                    row["profile"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         except Exception as e:  # noqa: BLE001 (a baseline that cannot run this case is reported)
             row["error"] = f"{type(e).__name__}: {e}"[:300]
             print(f"  {layout.name:28s} {name:13s} FAILED {row['error']}")

@@ -13,7 +13,9 @@ prefill chunks under a token budget, the cache donated. Runs on CUDA when JAX se
 """
 
 import argparse
+import dataclasses
 import hashlib
+import json
 import time
 
 import jax
@@ -52,6 +54,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--num-processes", type=int, default=1)
     ap.add_argument("--process-id", type=int, default=0)
     ap.add_argument("--local-device-ids", type=int, nargs="*", help="this process's GPUs")
+    ap.add_argument("--json", help="write the run's statistics and every step to this file")
     args = ap.parse_args(argv)
     if args.coordinator:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
@@ -106,6 +109,16 @@ def main(argv=None) -> dict:
         print(f"vs dense f32 reference: {same}/{len(requests)} sequences equal token for token, max logit error "
               f"{result['max_logit_error']:.4f}, bf16 near-tie divergences {result['divergences'] or 'none'}")
         stats.update(result)
+    if args.json and jax.process_index() == 0:
+        stats["divergences"] = {str(k): v for k, v in stats.get("divergences", {}).items()}
+        record = {"config": args.config, "layers": cfg.num_layers, "devices": args.tp,
+                  "processes": jax.process_count(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+                  "requests": args.requests, "new_tokens": args.new_tokens, "prompt_lens": [lo, hi],
+                  "max_num_seqs": seqs, "token_budget": budget, "page_size": args.page_size, "num_pages": num_pages,
+                  "init_s": init_s, "compile_s": compile_s, "stats": stats,
+                  "steps": [dataclasses.asdict(s) for s in engine.history]}
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
     return stats
 
 
