@@ -64,7 +64,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from xla_gpu_kernels.serving import CONFIGS, Batch, init_cache, init_params, make_step  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
+
+from xla_gpu_kernels.serving import (CONFIGS, Batch, cache_sharding, init_cache, init_params, make_step,  # noqa: E402
+                                     param_shardings)
 from xla_gpu_kernels.serving.cache import write_kv  # noqa: E402
 
 DEFAULT_CASES = {
@@ -334,7 +337,14 @@ def profile_step(step, params, caches, batch, steps: int = 2):
 
 
 def make_backend(name: str, cfg, layout: Layout, num_pages: int, page: int, on_gpu: bool):
-    """(jitted step, a function making its zeroed caches)."""
+    """(jitted step, a function making its zeroed caches). ``ours@tpN``: ours, tensor parallel over
+    the first N devices (Megatron layout: ``param_shardings``, ``cache_sharding``)."""
+    base, _, tp = name.partition("@tp")
+    if tp:
+        if base != "ours":
+            raise SystemExit(f"{name}: only ours runs tensor parallel here")
+        mesh = tp_mesh(int(tp))
+        return make_step(cfg, mesh=mesh), lambda: init_cache(cfg, num_pages, page, cache_sharding(mesh))
     if name == "ours":
         return make_step(cfg), lambda: init_cache(cfg, num_pages, page)
     if name == "xla":
@@ -349,12 +359,19 @@ def make_backend(name: str, cfg, layout: Layout, num_pages: int, page: int, on_g
     raise SystemExit(f"unknown backend {name}")
 
 
+def tp_mesh(n: int) -> Mesh:
+    if n > len(jax.devices()):
+        raise SystemExit(f"tensor parallel over {n} devices: JAX sees {len(jax.devices())}")
+    return Mesh(np.array(jax.devices()[:n]), ("tp",))
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--cases", help="comma-separated layouts (default: the config's)")
-    ap.add_argument("--backends", default="ours,pallas+cudnn,xla,no-attn")
+    ap.add_argument("--backends", default="ours,pallas+cudnn,xla,no-attn",
+                    help="ours, pallas+cudnn, xla, no-attn; ours@tpN: ours over N devices (tensor parallel)")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
@@ -374,6 +391,11 @@ def main(argv=None) -> dict:
     print(f"{args.config} layers={cfg.num_layers} on {device} ({jax.default_backend()}), JAX {jax.__version__}, "
           f"command buffers {command_buffers}")
     params = init_params(cfg, args.seed)
+    tp_params = {}  # the same weights laid out for each tensor-parallel width
+    for name in backends:
+        if "@tp" in name:
+            n = int(name.partition("@tp")[2])
+            tp_params.setdefault(n, jax.device_put(params, param_shardings(cfg, tp_mesh(n))))
     rng = np.random.default_rng(args.seed)
     max_pages = int(args.cache_gb * 1e9 // page_bytes(cfg, args.page_size)) if args.cache_gb else None
 
@@ -384,13 +406,14 @@ def main(argv=None) -> dict:
         batch = Batch(*(jnp.asarray(a) for a in batch))
         for name in backends:
             step, new_caches = make_backend(name, cfg, layout, num_pages, args.page_size, on_gpu)
-            jobs.append((layout, name, batch, num_pages, shared, step, new_caches))
+            p = tp_params[int(name.partition("@tp")[2])] if "@tp" in name else params
+            jobs.append((layout, name, batch, num_pages, shared, step, new_caches, p))
 
     def compile_one(job):
-        layout, name, batch, _, _, step, new_caches = job
+        layout, name, batch, _, _, step, new_caches, p = job
         t0 = time.perf_counter()
         try:
-            return step.lower(params, jax.eval_shape(new_caches), batch).compile(), time.perf_counter() - t0
+            return step.lower(p, jax.eval_shape(new_caches), batch).compile(), time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001 (a baseline that cannot build this case is reported)
             return e, time.perf_counter() - t0
 
@@ -403,7 +426,7 @@ def main(argv=None) -> dict:
 
     rows = []
     ref_logits = {}
-    for (layout, name, batch, num_pages, shared, _, new_caches), (step, compile_s) in zip(jobs, compiled):
+    for (layout, name, batch, num_pages, shared, _, new_caches, params), (step, compile_s) in zip(jobs, compiled):
         row = {"case": layout.name, "backend": name, "tokens": layout.tokens, "pool_pages": num_pages,
                "shared_pages": shared, "compile_s": round(compile_s, 2)}
         caches = None
@@ -447,16 +470,19 @@ def main(argv=None) -> dict:
               "command_buffers": command_buffers, "cache_gb": args.cache_gb,
               "xla_flags": os.environ.get("XLA_FLAGS", ""),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
+    tps = [b for b in backends if "@tp" in b]
     print("\n| case | tokens | " + " | ".join(f"{b} ms" for b in backends) + " | ours vs best baseline |"
-          + (" ours attention share |" if args.profile else ""))
-    print("|---|---|" + "---|" * len(backends) + "---|" + ("---|" if args.profile else ""))
+          + "".join(f" {b} vs ours |" for b in tps) + (" ours attention share |" if args.profile else ""))
+    print("|---|---|" + "---|" * (len(backends) + len(tps)) + "---|" + ("---|" if args.profile else ""))
     for layout in layouts:
         got = {r["backend"]: r for r in rows if r["case"] == layout.name}
         cells = [f"{got[b]['ms']:.3f}" if "ms" in got.get(b, {}) else "n/a" for b in backends]
         base = [got[b]["ms"] for b in ("pallas+cudnn", "xla") if "ms" in got.get(b, {})]
         speed = f"{min(base) / got['ours']['ms']:.2f}x" if base and "ms" in got.get("ours", {}) else "n/a"
         share = got.get("ours", {}).get("profile", {}).get("share_by_class", {}).get("ours")
-        print(f"| {layout.name} | {layout.tokens} | " + " | ".join(cells) + f" | {speed} |"
+        scaling = "".join(f" {got['ours']['ms'] / got[b]['ms']:.2f}x |" if "ms" in got.get(b, {})
+                          and "ms" in got.get("ours", {}) else " n/a |" for b in tps)
+        print(f"| {layout.name} | {layout.tokens} | " + " | ".join(cells) + f" | {speed} |" + scaling
               + (f" {share:.1%} |" if share is not None else " n/a |" if args.profile else ""))
     if args.out:
         with open(args.out, "w") as f:
