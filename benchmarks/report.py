@@ -76,8 +76,8 @@ MANIFEST = {
                               "python3 benchmarks/read_ceiling.py"),
         "soak.txt": ("100 000 random calls from 8 threads", "eab21f3",
                      "XGK_SOAK_REPORT=soak.txt .gpu/bin/soak --include-ignored --nocapture"),
-        "sanitizers.md": ("compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over the GPU suite",
-                          "aed6d6b", "bash scripts/sanitize.sh"),
+        "sanitizers.md": ("compute-sanitizer (racecheck, synccheck) over the stronger GPU suite", "eaad203",
+                          "bash scripts/sanitize.sh (the file names the settings)"),
         "startup.json": ("the first call in a fresh process (0.2.0): empty and filled driver cache, native code "
                          "(the sm_90a cubin) and the sm_90a PTX JIT-compiled kernel by kernel, torch and JAX", "19c711b",
                          "cd /tmp && env -u XLA_GPU_KERNELS_LIB PYTHONPATH=<the wheel installed with pip --target> "
@@ -95,6 +95,23 @@ MANIFEST = {
                         "the GPU suite (.gpu/bin/gpu --include-ignored), then from the installed wheel: "
                         "XGK_TEST_INSTALLED=1 python3 -m pytest -m gpu tests/python/test_jax_gpu.py "
                         "tests/python/test_long_gpu.py"),
+        "serving-step.json": ("Llama-3-8B's serving step (32 layers, bf16, page 16) with each attention backend: ours, "
+                              "Pallas paged_attention + cuDNN, pure XLA, no attention; GPU time by kernel class "
+                              "(jax.profiler)", "155081e",
+                              "cd /tmp && XGK_TEST_INSTALLED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.94 python3 "
+                              "$REPO/benchmarks/serving_step.py --config llama3-8b --cases decode:64x2048,decode:64x8192,"
+                              "decode:256x2048,decode:256x8192,prefill:1x8192,prefill:8x1024@4096,"
+                              "mixed:63x4096+2x512@2048 --cache-gb 28 --iters 10 --profile --out serving-step.json"),
+        "serving-step-no-command-buffers.json": ("the same step with XLA's command buffers off (host time)", "155081e",
+                                                 "XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 "
+                                                 "$REPO/benchmarks/serving_step.py --config llama3-8b --backends "
+                                                 "ours,no-attn --cases decode:64x2048,decode:256x2048,"
+                                                 "mixed:63x4096+2x512@2048 --cache-gb 28 --iters 20 "
+                                                 "--out serving-step-no-command-buffers.json"),
+        "serving-trace.json": ("the engine's continuous batching at Llama-3-8B's size: 64 requests, prompts "
+                               "128-2048, 128 new tokens, 64 slots, 2048 tokens a step", "155081e",
+                               "python3 $REPO/examples/serving_step.py --config llama3-8b --requests 64 --new-tokens "
+                               "128 --prompt-lens 128 2048 --max-seqs 64 --budget 2048 --json serving-trace.json"),
         "criterion.md": ("criterion benches of the kernels", "564735a",
                          "cargo bench --bench kernels; python3 scripts/bench_report.py BENCH_LOG DEVICE_TXT"),
     },
@@ -117,6 +134,26 @@ MANIFEST = {
                      "XGK_SOAK_CALLS=60000 XGK_SOAK_REPORT=soak.txt .gpu/bin/soak --include-ignored --nocapture"),
         "accuracy.md": ("worst absolute error per dtype: GPU kernels against the CPU and JAX's reference", "ac5bd0a",
                         "the GPU suite and tests/python/test_jax_gpu.py (scripts/gpu_check.sh)"),
+        "serving-step-tp-2gpu.json": ("Llama-3-8B's serving step on one GPU and tensor parallel over two (2 x H200 "
+                                      "of one host, NVLink), ours, profiled", "155081e",
+                                      "python3 $REPO/benchmarks/serving_step.py --config llama3-8b --backends "
+                                      "ours,ours@tp2 --cases decode:64x2048,decode:64x8192,decode:256x2048,"
+                                      "prefill:1x8192,prefill:8x1024@4096,mixed:63x4096+2x512@2048 --cache-gb 28 "
+                                      "--iters 10 --profile --out serving-step-tp-2gpu.json"),
+        "engine-tp1.json": ("the engine at Llama-3-8B's size on one GPU: 16 requests, 32 new tokens (2 x H200 host)",
+                            "155081e", "python3 $REPO/examples/serving_step.py --config llama3-8b --requests 16 "
+                            "--new-tokens 32 --max-seqs 16 --budget 1024 --tp 1 --json engine-tp1.json"),
+        "engine-tp2.json": ("the same, tensor parallel over two GPUs in one process", "155081e",
+                            "python3 $REPO/examples/serving_step.py ... --tp 2 --json engine-tp2.json"),
+        "engine-2proc.json": ("the same over two processes, one GPU each (jax.distributed); equal tokens to "
+                              "engine-tp2.json", "155081e",
+                              "for i in 0 1; do python3 $REPO/examples/serving_step.py ... --tp 2 --coordinator "
+                              "127.0.0.1:23456 --num-processes 2 --process-id $i --local-device-ids $i "
+                              "--json engine-2proc.json & done"),
+        "greedy-check-8b.json": ("greedy generation at Llama-3-8B's size (8 prompts, 32 tokens) against the dense "
+                                 "f32 reference", "155081e",
+                                 "python3 $REPO/examples/serving_step.py --config llama3-8b --check "
+                                 "--json greedy-check-8b.json"),
     },
 }
 GPU_NAMES = {"h100": "H100", "h200": "H200"}
@@ -256,6 +293,79 @@ def plot_headline(kind: str, path: str):
     plt.close(fig)
 
 
+SERVING_BACKENDS = (("ours", "ours"), ("pallas+cudnn", "Pallas + cuDNN"), ("xla", "pure XLA"),
+                    ("no-attn", "no attention"))
+
+
+def serving_rows(data: dict) -> dict:
+    """{case: {backend: row}} in the file's order."""
+    out: dict = {}
+    for r in data["rows"]:
+        out.setdefault(r["case"], {})[r["backend"]] = r
+    return out
+
+
+def serving_md(data: dict) -> str:
+    """Step time per case and backend, ours against the faster baseline, attention's share."""
+    lines = [f"Llama-3-8B, {data['layers']} layers, bf16, one {data['device']}, JAX {data['jax']}, "
+             f"{data['date'][:10]}: milliseconds per engine step (median of {data['iters']}, each waited for).", "",
+             "| step | tokens | " + " | ".join(label for _, label in SERVING_BACKENDS)
+             + " | ours vs the faster baseline | attention's share of GPU time (ours) |",
+             "|---|---:|" + "---:|" * len(SERVING_BACKENDS) + "---:|---:|"]
+    for case, got in serving_rows(data).items():
+        cells = [f"{got[b]['ms']:.1f}" if "ms" in got.get(b, {}) else "n/a" for b, _ in SERVING_BACKENDS]
+        base = [got[b]["ms"] for b in ("pallas+cudnn", "xla") if "ms" in got.get(b, {})]
+        ours = got.get("ours", {})
+        speed = f"{min(base) / ours['ms']:.2f}x" if base and "ms" in ours else "n/a"
+        share = ours.get("profile", {}).get("share_by_class", {}).get("ours")
+        tokens = next(iter(got.values()))["tokens"]
+        lines.append(f"| {case} | {tokens} | " + " | ".join(cells) + f" | {speed} | "
+                     + (f"{share:.0%}" if share is not None else "n/a") + " |")
+    return "\n".join(lines)
+
+
+def serving_tp_md(data: dict) -> str:
+    """One GPU against tensor parallel, per case."""
+    tps = sorted({r["backend"] for r in data["rows"] if "@tp" in r["backend"]})
+    lines = [f"Llama-3-8B, {data['layers']} layers, {data['device']}, JAX {data['jax']}, {data['date'][:10]}: "
+             "milliseconds per engine step.", "",
+             "| step | one GPU | " + " | ".join(f"TP={t.split('@tp')[1]}" for t in tps) + " | "
+             + " | ".join(f"TP={t.split('@tp')[1]} speed-up" for t in tps) + " |",
+             "|---|---:|" + "---:|" * (2 * len(tps))]
+    for case, got in serving_rows(data).items():
+        one = got.get("ours", {}).get("ms")
+        cells = [f"{got[t]['ms']:.1f}" if "ms" in got.get(t, {}) else "n/a" for t in tps]
+        ups = [f"{one / got[t]['ms']:.2f}x" if one and "ms" in got.get(t, {}) else "n/a" for t in tps]
+        lines.append(f"| {case} | {one:.1f} | " + " | ".join(cells) + " | " + " | ".join(ups) + " |")
+    return "\n".join(lines)
+
+
+def plot_serving(data: dict, path: str):
+    """Each backend's step time relative to ours, per case (> 1: slower than ours)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = serving_rows(data)
+    cases = list(rows)
+    others = [(b, label) for b, label in SERVING_BACKENDS if b != "ours"]
+    fig, ax = plt.subplots(figsize=(11.5, 3.8))
+    width = 0.8 / len(others)
+    for i, (b, label) in enumerate(others):
+        ys = [rows[c][b]["ms"] / rows[c]["ours"]["ms"] if "ms" in rows[c].get(b, {}) else 0 for c in cases]
+        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=label, color=f"C{i + 1}")
+    ax.axhline(1.0, color="C0", lw=1.2, label="ours")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
+    ax.set_xticklabels([f"{c}\n{rows[c]['ours']['ms']:.1f} ms" for c in cases], fontsize=7)
+    ax.set_ylabel("step time / ours", fontsize=8)
+    ax.set_title(f"Llama-3-8B serving step ({data['layers']} layers), {data['device']}: each backend's step time "
+                 "relative to ours (under each case: ours)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def replace_blocks(text: str, blocks: dict) -> str:
     def sub(m):
         key = m.group(1).strip()
@@ -277,8 +387,14 @@ def main():
         blocks[f"headline {kind}"] = headline_md(kind)
         if plots and not check:
             plot_headline(kind, os.path.join(RESULTS, kind, "headline.png"))
+        if "serving-step.json" in MANIFEST[kind]:
+            blocks[f"serving {kind}"] = serving_md(load(kind, "serving-step.json"))
+            if plots and not check:
+                plot_serving(load(kind, "serving-step.json"), os.path.join(RESULTS, kind, "serving-step.png"))
+        if "serving-step-tp-2gpu.json" in MANIFEST[kind]:
+            blocks[f"serving-tp {kind}"] = serving_tp_md(load(kind, "serving-step-tp-2gpu.json"))
         outputs[os.path.join(RESULTS, kind, "COMMANDS.md")] = commands_md(kind) + "\n"
-    for doc in ("README.md", os.path.join("docs", "performance.md")):
+    for doc in ("README.md", os.path.join("docs", "performance.md"), os.path.join("docs", "serving.md")):
         path = os.path.join(ROOT, doc)
         if not os.path.exists(path):
             continue
