@@ -362,8 +362,8 @@ fn plan_kernel_launches(
     module: &ContextModule,
     spec: &PagedAttention,
 ) {
-    use kernels_gpu::kernels::paged_attention_tiled::{plan_bytes, plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
-    use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_scratch_bytes, ws_tile_rows};
+    use kernels_gpu::attention::planner::{plan_bytes, plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
+    use kernels_gpu::kernels::prefill::hopper::{ws_scratch_bytes, ws_tile_rows};
     use kernels_gpu::tma::TensorMapImage;
     let rows = ws_tile_rows(spec.group().max(1));
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
@@ -409,8 +409,8 @@ fn ws_kernel_launches(
     stream: &Arc<CudaStream>,
     module: &ContextModule,
 ) {
-    use kernels_gpu::kernels::paged_attention_tiled::{plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
-    use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_scratch_bytes, ws_shared_bytes, ws_tile_rows, WS_THREADS};
+    use kernels_gpu::attention::planner::{plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
+    use kernels_gpu::kernels::prefill::hopper::{ws_scratch_bytes, ws_shared_bytes, ws_tile_rows, WS_THREADS};
     use kernels_gpu::tma::TensorMapImage;
     if !module.image.has_wgmma() {
         return;

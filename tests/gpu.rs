@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use kernels_gpu::kernels::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_tile_keys};
+use kernels_gpu::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
     decode_apart_applies, key_rows_applies, launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies,
@@ -657,7 +657,7 @@ fn tiled_ws_graph_replays_follow_new_metadata() {
         seqs: &'static [(usize, usize)],
         other_cu: &'static [i32],
         pad: usize,
-        /// `XGK_RPA_DECODE_APART=3` (with unsplit decode rows: one launch, `paged_attention_mix`).
+        /// `XGK_RPA_DECODE_APART=3` (with unsplit decode rows: one launch, `kernels::mix`).
         one_launch: bool,
     }
     const PREFILL: &[(usize, usize)] = &[(150, 400), (90, 90), (40, 700)];
@@ -1025,7 +1025,7 @@ fn decode_rows_apart_match_cpu() {
             worst = worst.max(compare(&case, &out, &cpu, &label(image)));
             runs += 1;
         }
-        // Both in one launch (`paged_attention_mix`) where the decode plan does not split (splits
+        // Both in one launch (`kernels::mix`) where the decode plan does not split (splits
         // of at least 64 tiles: every unsplit row up to 4096 keys), else two launches as `2`; the
         // call three times back to back (fresh tags, no sync between).
         with_setting(DECODE_APART_ENV_VAR, "3", || {

@@ -30,7 +30,7 @@ fn ptx_exports_every_kernel() {
         for q in ["f16", "bf16"] {
             for d in [64, 128] {
                 for family in ["tile_wg", "tile_ws", "mix"] {
-                    // `rpa_mix_*`: a mixed batch in one launch (`paged_attention_mix`).
+                    // `rpa_mix_*`: a mixed batch in one launch (`kernels::mix`).
                     let entry = format!(".entry rpa_{family}_{q}_{q}_d{d}(");
                     assert_eq!(image.ptx.contains(&entry), hopper, "{}: {entry}", image.arch);
                 }

@@ -3,7 +3,7 @@
 //! that holds several ([`GroupSlot`]: indices given by the kernel, a named barrier of its own, its
 //! share of the shared memory).
 //!
-//! Why: a mixed batch's one-launch kernel (`paged_attention_mix`) runs the pipelined decode
+//! Why: a mixed batch's one-launch kernel (`kernels::mix`) runs the pipelined decode
 //! kernel's blocks of 128 threads inside the warp-specialized tile kernel's blocks of 384 (one
 //! function: one launch, whose block size and shared memory are the tile kernel's), three decode
 //! blocks to a block. The decode code takes its block's indices, barrier and shared memory from a

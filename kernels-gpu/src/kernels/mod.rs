@@ -1,14 +1,19 @@
 //! The kernels. Each `#[kernel]` is exported from the PTX under its own name; the host looks
-//! kernels up by the names listed in [`names`].
+//! kernels up by the names the kernel ids spell (`host/src/ops/paged_attention/kernel_id.rs`).
+//!
+//! - [`decode`]: the decode kernels (a few query rows per sequence over long contexts): the
+//!   general one and the merge kernels ([`decode::general`]), tensor-core rows ([`decode::mma`]),
+//!   the pipelined ones ([`decode::pipelined`], in the head-rows or [`decode::key_rows`] layout);
+//! - [`prefill`]: the query-tile kernels: [`prefill::tiled`] (sm_80 `mma.sync` tiles, and the
+//!   `wgmma` tiles) and [`prefill::hopper`] (warp-specialized, TMA and `wgmma`: Hopper's prefill);
+//! - [`mix`]: a mixed batch's decode and prefill work in one launch;
+//! - the shared parts of attention (softmax, masks, the device planner) live in
+//!   [`crate::attention`].
 
 mod block_slot;
-pub mod paged_attention;
-pub mod paged_attention_key_rows;
-pub mod paged_attention_mix;
-pub mod paged_attention_mma;
-pub mod paged_attention_pipelined;
-pub mod paged_attention_tiled;
-pub mod paged_attention_tiled_ws;
+pub mod decode;
+pub mod mix;
+pub mod prefill;
 pub mod simple_add;
 pub mod wgmma_selftest;
 

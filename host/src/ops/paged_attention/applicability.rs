@@ -1,11 +1,12 @@
 //! Which kernels cover a problem (dtypes, head sizes, device), and the kernel a [`KernelChoice`]
 //! resolves to: the static facts the plan choice starts from.
 
-use kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS;
-use kernels_gpu::kernels::paged_attention_mma::mma_supports_head_dim;
-use kernels_gpu::kernels::paged_attention_pipelined::pipelined_supports;
-use kernels_gpu::kernels::paged_attention_tiled::{plan_capacity, tiled_supports};
-use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_supports, ws_tile_rows, WS_BLOCK_KEYS};
+use kernels_gpu::attention::planner::plan_capacity;
+use kernels_gpu::kernels::decode::key_rows::KEY_ROWS_MAX_HEADS;
+use kernels_gpu::kernels::decode::mma::mma_supports_head_dim;
+use kernels_gpu::kernels::decode::pipelined::pipelined_supports;
+use kernels_gpu::kernels::prefill::hopper::{ws_supports, ws_tile_rows, WS_BLOCK_KEYS};
+use kernels_gpu::kernels::prefill::tiled::tiled_supports;
 
 use super::settings::KernelChoice;
 use super::PagedAttention;

@@ -56,7 +56,7 @@ pub use settings::{
 };
 
 use kernels_gpu::attention::{masked_keys_matter, RpaParams, DEFAULT_MASK_VALUE};
-use kernels_gpu::kernels::paged_attention::dims_per_lane;
+use kernels_gpu::kernels::decode::general::dims_per_lane;
 
 use crate::dtype::{DType, TensorRef};
 use crate::ensure;

@@ -2,9 +2,9 @@
 //! how split partials merge, and the workspace that takes. Chosen in `plan_choice.rs`, cached in
 //! `plan_cache.rs`, enqueued by `launch/`.
 
-use kernels_gpu::kernels::paged_attention::{rpa_combine_shared_bytes, LOOP_MERGE_MAX_SPLITS};
-use kernels_gpu::kernels::paged_attention_tiled::{plan_bytes, PLAN_SHARED_BYTES};
-use kernels_gpu::kernels::paged_attention_tiled_ws::ws_scratch_bytes;
+use kernels_gpu::attention::planner::{plan_bytes, PLAN_SHARED_BYTES};
+use kernels_gpu::kernels::decode::general::{rpa_combine_shared_bytes, LOOP_MERGE_MAX_SPLITS};
+use kernels_gpu::kernels::prefill::hopper::ws_scratch_bytes;
 
 use super::kernel_id::{KernelFamily, KernelId};
 use super::settings::{DecodeApartSetting, MergeSetting, PairSchedule, PipeMode};

@@ -1,16 +1,15 @@
 //! The plan choice: from the settings, the static shapes and the device, which kernels a call
 //! launches and how ([`plan_launch`], with the rules of `plan_rules.rs`).
 
-use kernels_gpu::kernels::paged_attention::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
-use kernels_gpu::kernels::paged_attention_mix::mix_decode_slots;
-use kernels_gpu::kernels::paged_attention_mma::{mma_shared_bytes, MMA_HEADS_PER_BLOCK};
-use kernels_gpu::kernels::paged_attention_pipelined::{
+use kernels_gpu::attention::planner::plan_capacity;
+use kernels_gpu::kernels::decode::general::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
+use kernels_gpu::kernels::decode::mma::{mma_shared_bytes, MMA_HEADS_PER_BLOCK};
+use kernels_gpu::kernels::decode::pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_threads, pipelined_tile_keys, PIPE_TILE_KEYS,
 };
-use kernels_gpu::kernels::paged_attention_tiled::{
-    plan_capacity, tile_rows, tiled_shared_bytes, tiled_wgmma_shared_bytes, TILE_THREADS,
-};
-use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_plans_itself, ws_shared_bytes, ws_tile_rows, WS_THREADS};
+use kernels_gpu::kernels::mix::mix_decode_slots;
+use kernels_gpu::kernels::prefill::hopper::{ws_plans_itself, ws_shared_bytes, ws_tile_rows, WS_THREADS};
+use kernels_gpu::kernels::prefill::tiled::{tile_rows, tiled_shared_bytes, tiled_wgmma_shared_bytes, TILE_THREADS};
 
 use super::applicability::*;
 use super::kernel_id::{KernelFamily, KernelId};
@@ -98,7 +97,7 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
 }
 
 /// Whether a mix whose decode rows run apart (`decode`, on the warp-specialized tile kernel's
-/// call) runs in one launch (`kernels_gpu::kernels::paged_attention_mix`): with
+/// call) runs in one launch (`kernels_gpu::kernels::mix`): with
 /// [`DECODE_APART_ENV_VAR`] 3 and persistent tile blocks (the plan's builder then runs among at
 /// most one tile block per multiprocessor), at head dims 64 and 128 (the tile kernel plans
 /// itself), where the decode plan is the key-rows twin with no splits (a decode block in a group

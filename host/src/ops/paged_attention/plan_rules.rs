@@ -6,8 +6,8 @@
 //! so each rule is tested here without a GPU. Every rule names the measurements behind it
 //! (benchmarks/NOTES.md), and the GPU kind they were taken on where the kinds differ.
 
-use kernels_gpu::kernels::paged_attention::RPA_WARPS;
-use kernels_gpu::kernels::paged_attention_pipelined::PIPE_TILE_KEYS;
+use kernels_gpu::kernels::decode::general::RPA_WARPS;
+use kernels_gpu::kernels::decode::pipelined::PIPE_TILE_KEYS;
 
 use super::settings::PipeMode;
 
@@ -266,7 +266,7 @@ pub(super) const FP8_WHOLE_ROW_MAX_WAVES: u64 = 2;
 
 #[cfg(test)]
 mod tests {
-    use kernels_gpu::kernels::paged_attention::MAX_CLUSTER_SPLITS;
+    use kernels_gpu::kernels::decode::general::MAX_CLUSTER_SPLITS;
 
     use super::*;
 

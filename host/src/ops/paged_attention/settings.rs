@@ -4,7 +4,7 @@
 //! kernels' integers). Cached per process by `plan_cache.rs`, which reloads them on
 //! `reload_settings`; the plan rules they feed are in `plan_rules.rs`.
 
-use kernels_gpu::kernels::paged_attention_pipelined::PIPE_MAX_STAGES;
+use kernels_gpu::kernels::decode::pipelined::PIPE_MAX_STAGES;
 
 use super::plan_rules::{DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES};
 use crate::error::Result;
@@ -34,7 +34,7 @@ pub enum KernelChoice {
     /// The warp-specialized tile kernel (sm_90a image only, page sizes in multiples of 16): 128-row
     /// query tiles, a producer warp loading 128-key K/V tiles with bulk tensor copies (TMA)
     /// through mbarrier rings and two `wgmma` consumer warpgroups
-    /// (`kernels_gpu::kernels::paged_attention_tiled_ws`); what `Auto` takes for prefill-shaped
+    /// (`kernels_gpu::kernels::prefill::hopper`); what `Auto` takes for prefill-shaped
     /// calls on Hopper where it applies.
     TiledWarpSpecialized,
 }
@@ -134,7 +134,7 @@ const DEFAULT_PERSISTENT: PairSchedule = PairSchedule::PersistentDynamic;
 pub const PIPE_STAGES_ENV_VAR: &str = "XGK_RPA_STAGES";
 
 /// Environment variable switching the pipelined kernel's cluster merge of its splits off (`0`)
-/// or on (`1`, the default; sm_90 image): up to [`MAX_CLUSTER_SPLITS`](kernels_gpu::kernels::paged_attention::MAX_CLUSTER_SPLITS) splits of a (row, KV
+/// or on (`1`, the default; sm_90 image): up to [`MAX_CLUSTER_SPLITS`](kernels_gpu::kernels::decode::general::MAX_CLUSTER_SPLITS) splits of a (row, KV
 /// head) run as one thread-block cluster and merge through distributed shared memory, with no
 /// merge kernel and no partials in the workspace.
 pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
@@ -197,7 +197,7 @@ pub const TABLE_PRELOAD_ENV_VAR: &str = "XGK_RPA_TABLE_PRELOAD";
 /// multiprocessors the decode grid's last wave leaves (`TileLaunches` in `plan.rs`). With `3`
 /// both run in one launch where the decode plan allows it (`mix_in_one_launch`: the key-rows
 /// twin with no splits, head dims 64 and 128, persistent tile blocks), three decode blocks to a
-/// block of the tile kernel's grid (`kernels_gpu::kernels::paged_attention_mix`); elsewhere as `2`
+/// block of the tile kernel's grid (`kernels_gpu::kernels::mix`); elsewhere as `2`
 /// ([`DEFAULT_DECODE_APART`], where [`mix_one_launch_pays`](super::plan_rules::mix_one_launch_pays):
 /// on an H100, one launch ran the peers' four engine-step mixes 0-9 % faster on the GPU, and their
 /// host cost fell from two launches' to one's, benchmarks/NOTES.md "v32"; elsewhere, unmeasured,
@@ -214,7 +214,7 @@ pub const DECODE_APART_ENV_VAR: &str = "XGK_RPA_DECODE_APART";
 pub const LOG_PLANS_ENV_VAR: &str = "XGK_LOG_PLANS";
 
 /// Environment variable choosing the pipelined kernel's layout where GQA groups are at most
-/// [`KEY_ROWS_MAX_HEADS`](kernels_gpu::kernels::paged_attention_key_rows::KEY_ROWS_MAX_HEADS) and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
+/// [`KEY_ROWS_MAX_HEADS`](kernels_gpu::kernels::decode::key_rows::KEY_ROWS_MAX_HEADS) and head_dim 64 or 128 (`key_rows_applies`): keys as the mma's rows
 /// and heads as its columns (`rpa_pipe_kr_*`: half the mma instructions and accumulators, four
 /// blocks per SM for head_dim 128) for 16-bit KV (`1`) or for fp8 KV too (`2`), or heads as rows
 /// (`rpa_pipe_*`) everywhere (`0`); unset or empty: 16-bit KV, and fp8 KV where
@@ -275,7 +275,7 @@ pub enum PipeMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MergeSetting {
     /// A merge kernel by split count (`0`): the loop kernel up to
-    /// [`LOOP_MERGE_MAX_SPLITS`](kernels_gpu::kernels::paged_attention::LOOP_MERGE_MAX_SPLITS)
+    /// [`LOOP_MERGE_MAX_SPLITS`](kernels_gpu::kernels::decode::general::LOOP_MERGE_MAX_SPLITS)
     /// splits, the group kernel above.
     BySplitCount,
     /// The loop merge kernel (`1`).

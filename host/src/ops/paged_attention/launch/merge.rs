@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use kernels_gpu::attention::RpaParams;
-use kernels_gpu::kernels::paged_attention::RPA_THREADS;
+use kernels_gpu::kernels::decode::general::RPA_THREADS;
 
 use super::super::settings::LaunchSettings;
 use super::super::PagedAttention;

@@ -1,9 +1,9 @@
-//! The mix kernel's decode blocks (`rpa_mix_*`, `kernels_gpu::kernels::paged_attention_mix`): a
+//! The mix kernel's decode blocks (`rpa_mix_*`, `kernels_gpu::kernels::mix`): a
 //! mixed batch's decode rows and its other rows in one launch, the decode blocks first in the
 //! tile kernel's grid, three decode blocks to a block.
 
 use kernels_gpu::attention::RpaParams;
-use kernels_gpu::kernels::paged_attention_mix::{mix_decode_blocks, MIX_DECODE_STAGES};
+use kernels_gpu::kernels::mix::{mix_decode_blocks, MIX_DECODE_STAGES};
 
 use super::super::params::apart_decode_params;
 use super::super::plan::{DecodeApart, DirectPlan};

@@ -1,6 +1,6 @@
 //! The warp-specialized kernel's tensor maps (bulk tensor copies: TMA).
 
-use kernels_gpu::kernels::paged_attention_tiled_ws::{ws_q_box, ws_q_by_tma, WS_BLOCK_KEYS};
+use kernels_gpu::kernels::prefill::hopper::{ws_q_box, ws_q_by_tma, WS_BLOCK_KEYS};
 
 use super::super::PagedAttention;
 use crate::dtype::DType;

@@ -1,7 +1,7 @@
 //! The tiled plans' launches: the plan kernel where it builds the plan, the decode kernel where a
 //! mixed batch's decode rows run apart, the tile kernel (or the mix kernel, both in one grid).
 
-use kernels_gpu::kernels::paged_attention_tiled::{PLAN_SHARED_BYTES, PLAN_THREADS};
+use kernels_gpu::attention::planner::{PLAN_SHARED_BYTES, PLAN_THREADS};
 use kernels_gpu::tma::TensorMapImage;
 
 use super::super::params::tile_params;
@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::runtime::{ContextModule, KernelArgs, LaunchConfig, Stream};
 
 /// The tiled kernel, launched as `t.launches` says ([`TileLaunches`]): the plan kernel
-/// ([`rpa_plan`](kernels_gpu::kernels::paged_attention_tiled::rpa_plan), `rpa_plan_ws`) writes
+/// ([`rpa_plan`](kernels_gpu::kernels::prefill::tiled::rpa_plan), `rpa_plan_ws`) writes
 /// the work items into `plan` (scratch), then one block per (item, KV head) runs; or the
 /// warp-specialized kernel at head dims 64 and 128 with persistent blocks plans in its block 0
 /// instead (one launch: a launch is ~2.5 µs of host time). With a mixed batch's decode rows apart

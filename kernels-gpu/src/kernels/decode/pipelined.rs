@@ -42,19 +42,19 @@ use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::shared_address;
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
-use super::block_slot::{BlockSlot, WholeBlock, GROUP_THREADS};
-use super::paged_attention::{
+use crate::attention::mask::{mask_logits, WarpRows};
+use crate::attention::planner::publish_inputs_ready;
+use crate::attention::softmax::{online_softmax_step, LogitScale};
+use crate::kernels::block_slot::{BlockSlot, WholeBlock, GROUP_THREADS};
+use crate::kernels::decode::general::{
     attention_kernels, block_of_row, block_split_at, merge_block, merge_warps_and_store, resolve_block, Block,
     BlockHeads, RpaPointers, WarpStates,
 };
-use super::paged_attention_key_rows::{
+use crate::kernels::decode::key_rows::{
     key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
 };
-use super::paged_attention_mma::{
-    load_q_fragments, mask_logits, online_softmax_step, store_warp_state, LogitScale, WarpRows, MMA_HEADS_PER_BLOCK,
-};
-use super::paged_attention_tiled::publish_inputs_ready;
-use super::unroll;
+use crate::kernels::decode::mma::{load_q_fragments, store_warp_state, MMA_HEADS_PER_BLOCK};
+use crate::kernels::unroll;
 
 /// Most keys per pipeline stage (16 per key group, two mma n-tiles; 4 groups), and the granule of
 /// the key splits (a multiple of every tile size).
@@ -197,7 +197,7 @@ struct KeyRowsLanes {
 }
 
 /// `Sᵀ = K Qᵀ` over a warp's 16 K rows of a stage at `k_base` (the key-rows layout,
-/// `paged_attention_key_rows`): the head-rows layout's `ldmatrix` loads, each word taken as the
+/// `decode::key_rows`): the head-rows layout's `ldmatrix` loads, each word taken as the
 /// A fragment's (keys as rows) instead of B's; q as B (`qb`). Even and odd k-steps accumulate
 /// apart (two chains of mma half as long), summed at the end.
 ///
@@ -441,7 +441,7 @@ pub(crate) fn q_as_operand<Q: MmaElement, M: MmaElement, const KSTEPS: usize>(
     (out, factor)
 }
 
-/// The pipelined kernel, in the key-rows layout with `KEY_ROWS` (`paged_attention_key_rows`: a
+/// The pipelined kernel, in the key-rows layout with `KEY_ROWS` (`decode::key_rows`: a
 /// warp's 16 keys are the mma's rows and the block's query heads, at most
 /// [`KEY_ROWS_MAX_HEADS`], its columns; the host launches it for GQA groups up to 8); with
 /// `BY_SEQUENCE`, on a grid of sequences over a mixed batch's decode sequences
@@ -468,7 +468,7 @@ unsafe fn rpa_pipelined<
 /// The pipelined kernel with tensor-core operands of type `M` ([`StagedKv::Operand`]); with
 /// `KEY_ROWS`, in the key-rows layout (`Sᵀ = K Qᵀ`, `Oᵀ += Vᵀ Pᵀ`: the same copies, `ldmatrix`
 /// loads and merge; `KSTEPS` m-tiles of `Oᵀ`), in a [`BlockSlot`] (a whole block, or with `BY_SEQUENCE`
-/// a group of a block shared with others, `paged_attention_mix`): `cta`.
+/// a group of a block shared with others, `kernels::mix`): `cta`.
 #[inline(always)]
 pub(crate) unsafe fn rpa_pipelined_on<
     Q: MmaElement,

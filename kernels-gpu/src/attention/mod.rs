@@ -13,6 +13,14 @@
 //!   cannot place because `cu_q_lens` decreases) is written as zeros;
 //! - a row whose visible range is empty (`q_len > kv_len` puts it before position 0) is zeros;
 //! - a key whose page index is outside `[0, total_num_pages)` takes no part in the softmax.
+//!
+//! The device-side parts the attention kernels share are its submodules: [`softmax`] (online
+//! softmax on `mma` fragments), [`mask`] (causal, window and presence masks) and [`planner`] (a
+//! ragged batch's query tiles, planned on the device).
+
+pub mod mask;
+pub mod planner;
+pub mod softmax;
 
 /// Scalar parameters of one ragged paged attention launch, passed by value to the kernel.
 /// Only 4-byte scalars: an aggregate holding pointers would lose `ld.global` on nvptx.
@@ -52,7 +60,7 @@ pub struct RpaParams {
     /// order, 1 = from a counter (a dynamic schedule); 0 for the other kernels.
     pub dynamic_pairs: u32,
     /// Shared-memory stages of the pipelined kernel's K/V ring (2 to
-    /// [`PIPE_MAX_STAGES`](crate::kernels::paged_attention_pipelined::PIPE_MAX_STAGES)); 0 for
+    /// [`PIPE_MAX_STAGES`](crate::kernels::decode::pipelined::PIPE_MAX_STAGES)); 0 for
     /// the other kernels.
     pub pipe_stages: u32,
     /// Nonzero: the `num_splits` (2 to 16) blocks of each (row, head chunk) are one thread-block
@@ -87,7 +95,7 @@ pub struct RpaParams {
     /// the decode kernel's after its grid. 2: the warp-specialized tile kernel plans itself (its
     /// block 0) once the decode kernel's block (0, 0, 0) has published the plan header's inputs
     /// word under `launch_tag` (two launches); 1: a planning kernel comes first (three);
-    /// [`DECODE_APART_ONE_LAUNCH`]: both in one launch (`paged_attention_mix`), where the decode
+    /// [`DECODE_APART_ONE_LAUNCH`]: both in one launch (`kernels::mix`), where the decode
     /// blocks stand down where the plan falls back. Set on every launch of such a call; 0 for
     /// every other.
     pub decode_apart: u32,
@@ -137,7 +145,7 @@ pub fn masked_keys_matter(mask_value: f32) -> bool {
 
 /// [`RpaParams::decode_apart`] of a mixed batch in one launch: the warp-specialized tile kernel's
 /// blocks and the pipelined decode kernel's, three of those to a block, in one grid
-/// (`kernels::paged_attention_mix`).
+/// (`kernels::mix`).
 pub const DECODE_APART_ONE_LAUNCH: u32 = 3;
 
 /// Whether a sequence whose rows are `[lo, hi)` (`cu_q_lens[i]`, `cu_q_lens[i + 1]`, as read)

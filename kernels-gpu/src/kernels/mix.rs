@@ -1,6 +1,6 @@
 //! A mixed batch (prefill and decode rows) in one launch (sm_90a image): the warp-specialized tile
-//! kernel's blocks ([`super::paged_attention_tiled_ws`]) and the pipelined decode kernel's blocks
-//! on a grid of sequences ([`super::paged_attention_pipelined`], key-rows layout), in one grid.
+//! kernel's blocks ([`crate::kernels::prefill::hopper`]) and the pipelined decode kernel's blocks
+//! on a grid of sequences ([`crate::kernels::decode::pipelined`], key-rows layout), in one grid.
 //!
 //! Why: a mix with its decode rows apart was two launches (the decode kernel, then the tile
 //! kernel beside it), and a launch costs the host ~2.5 µs (benchmarks/NOTES.md "v24", issue 9's
@@ -38,12 +38,13 @@ use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, thread_idx_x};
 use crate::tma::TensorMapImage;
 
-use super::block_slot::{GroupSlot, GROUP_THREADS};
-use super::paged_attention::RpaPointers;
-use super::paged_attention_mma::MMA_HEADS_PER_BLOCK;
-use super::paged_attention_pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
-use super::paged_attention_tiled::TiledPointers;
-use super::paged_attention_tiled_ws::{rpa_tiled_ws, ws_shared_bytes, TileGrid, WS_THREADS};
+use crate::attention::planner::TiledPointers;
+use crate::kernels::block_slot::{GroupSlot, GROUP_THREADS};
+use crate::kernels::decode::general::RpaPointers;
+use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
+use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
+use crate::kernels::prefill::hopper::scheduler::TileGrid;
+use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WS_THREADS};
 
 /// Decode blocks ([`GroupSlot`]s) per block of the grid.
 pub const MIX_GROUPS: u32 = WS_THREADS / GROUP_THREADS;

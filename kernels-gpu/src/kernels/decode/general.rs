@@ -30,8 +30,8 @@ use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, grid_dim_y, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_sum_f32, WARP_SIZE};
 
-use super::block_slot::{BlockSlot, WholeBlock};
-use super::{load_vec, store_vec, unroll};
+use crate::kernels::block_slot::{BlockSlot, WholeBlock};
+use crate::kernels::{load_vec, store_vec, unroll};
 
 /// Warps per block of the attention kernel.
 pub const RPA_WARPS: u32 = 4;
@@ -263,7 +263,7 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
         unroll::<HC>(|hh| {
             if hh < hc {
                 let row = ptr.q.add((t as usize * p.num_q_heads as usize + h0 as usize + hh) * d + lane_dim);
-                let v: [Q; DPL] = super::load_vec(row);
+                let v: [Q; DPL] = crate::kernels::load_vec(row);
                 unroll::<DPL>(|k| q[hh][k] = v[k].to_f32() * p.sm_scale);
             }
         });
@@ -286,8 +286,8 @@ unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usi
                 if let Some(row) = key_row(ptr.kv, &blk, &p, j) {
                     present[kk] = true;
                     if lane_active {
-                        let kr: [KV; DPL] = super::load_vec(row.add(lane_dim));
-                        let vr: [KV; DPL] = super::load_vec(row.add(d + lane_dim));
+                        let kr: [KV; DPL] = crate::kernels::load_vec(row.add(lane_dim));
+                        let vr: [KV; DPL] = crate::kernels::load_vec(row.add(d + lane_dim));
                         unroll::<DPL>(|k| {
                             kf[kk][k] = kr[k].widen();
                             vf[kk][k] = vr[k].widen();
@@ -946,7 +946,7 @@ macro_rules! attention_kernels {
             part_lse: *mut f32, plan: *const u32, params: $crate::attention::RpaParams,
         ) {
             $inner::<$q, $kv, $({ $arg }),*>(
-                $crate::kernels::paged_attention::RpaPointers {
+                $crate::kernels::decode::general::RpaPointers {
                     q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, out, part_o, part_lse, plan,
                 },
                 params,

@@ -28,9 +28,7 @@
 //! the most keys; starting them first keeps them off the tail of the grid), then short items
 //! (memory bound, they fill in behind), then zero-fill items.
 
-use crate::attention::{
-    clamp_num_seqs, find_sequence, is_apart_decode, page_is_valid, row_window, RowWindow, RpaParams,
-};
+use crate::attention::{page_is_valid, row_window, RowWindow, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group, CopyHint};
 use crate::kernel;
 use crate::math::{inverse_or_zero, FastDiv};
@@ -40,8 +38,10 @@ use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{block_idx_x, block_idx_y, grid_dim_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
-use super::paged_attention_mma::{mask_logits, online_softmax_steps, quad_sum, LogitScale, WarpRows};
-use super::unroll;
+use crate::attention::mask::{mask_logits, WarpRows};
+use crate::attention::planner::{plan_items, PlanView, TiledPointers, NO_SEQUENCE, PLAN_THREADS};
+use crate::attention::softmax::{online_softmax_steps, quad_sum, LogitScale};
+use crate::kernels::unroll;
 use crate::wgmma;
 
 /// M rows (query row × query head pairs) of a tile: 16 per warp.
@@ -54,62 +54,6 @@ pub const TILE_KEYS: u32 = 64;
 pub const TILE_STAGES: u32 = 3;
 /// Threads per block of the tiled kernel (4 warps).
 pub const TILE_THREADS: u32 = 128;
-/// Threads of the planning kernel (one block).
-pub const PLAN_THREADS: u32 = 256;
-/// Words before the items in the plan: item count, fallback flag, tile-item count, the
-/// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan), a mixed
-/// batch's inputs word ([`PLAN_INPUTS_READY_WORD`], words 4 and 5); then, in the next 128-byte
-/// line (apart from those words, which are written while every block polls; the first items share
-/// it), that kernel's plan state (an 8-byte word at [`PLAN_STATE_WORD`]) and count of blocks done
-/// ([`PLAN_BLOCKS_DONE_WORD`]); items from word 36 (16-byte aligned).
-pub const PLAN_HEADER_WORDS: u32 = 36;
-/// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
-/// then single rows ([`PlanView::item`]).
-pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
-/// The header word that counts the tile items (the kernels take them first, last-first).
-pub(crate) const PLAN_TILES_WORD: usize = 2;
-/// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
-pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
-/// The warp-specialized kernel's plan state, where its plan is published under a tag (built by its
-/// block 0, or with decode rows apart and one block per pair by `rpa_plan_ws`): an 8-byte word at
-/// words 32 and 33 (byte 128 of the plan, which is 16-byte aligned;
-/// `paged_attention_tiled_ws::plan_or_wait`).
-pub(crate) const PLAN_STATE_WORD: usize = 32;
-/// The warp-specialized kernel's count of blocks that are done with the plan.
-pub(crate) const PLAN_BLOCKS_DONE_WORD: usize = 34;
-/// Where a mixed batch's warp-specialized kernel plans itself after the decode kernel
-/// (`RpaParams::decode_apart` 2): an 8-byte word at words 4 and 5 in which the decode kernel's
-/// block (0, 0, 0) says, under the call's tag, that it has passed its grid dependency wait (the
-/// kernels before the call, which write its inputs, have completed), so that the tile kernel's
-/// block 0 may read the metadata and plan without waiting for the decode grid
-/// ([`publish_inputs_ready`], `paged_attention_tiled_ws::plan_or_wait`).
-pub(crate) const PLAN_INPUTS_READY_WORD: usize = 4;
-
-/// The inputs word's value once the decode kernel has published it under `tag`
-/// ([`PLAN_INPUTS_READY_WORD`]); anything else (the workspace's earlier contents, 0 as the tile
-/// kernel's block 0 leaves it) means not yet.
-#[inline(always)]
-pub(crate) const fn inputs_ready_word(tag: u32) -> u64 {
-    crate::attention::launch_tagged_word(tag, 2)
-}
-
-/// Publishes [`PLAN_INPUTS_READY_WORD`] under `tag`: a GPU-scope fence (the writes of the kernels
-/// before, which this thread's grid dependency wait made visible to it, ordered before the word),
-/// then the word. The decode kernel's block (0, 0, 0) calls it, its thread 0 only.
-///
-/// # Safety
-/// One thread, after its grid dependency wait; `plan` holds the plan header and nothing else
-/// writes the word until the tile kernel's block 0 has read it.
-#[inline(always)]
-pub(crate) unsafe fn publish_inputs_ready(plan: *mut u32, tag: u32) {
-    crate::gpu_scope::publish_u64(plan.add(PLAN_INPUTS_READY_WORD) as *mut u64, inputs_ready_word(tag));
-}
-/// Words per item: sequence ([`NO_SEQUENCE`] for zero-fill), first row, rows, reserved.
-pub const PLAN_ITEM_WORDS: u32 = 4;
-/// Rows per zero-fill item.
-const ZERO_ITEM_ROWS: u32 = 64;
-/// The sequence of a zero-fill item.
-pub(crate) const NO_SEQUENCE: u32 = u32::MAX;
 
 /// Whether the tiled kernel covers a head size and GQA group (16-bit KV of q's dtype).
 pub const fn tiled_supports(head_dim: u32, group: u32) -> bool {
@@ -120,21 +64,6 @@ pub const fn tiled_supports(head_dim: u32, group: u32) -> bool {
 pub const fn tile_rows(group: u32) -> u32 {
     TILE_M / group
 }
-
-/// Upper bound on the plan's items: tiles of every sequence (at most `rows / tile_rows` plus one
-/// partial tile per non-empty sequence) and zero-fill items (at most `rows / 64` plus two partial).
-pub const fn plan_capacity(max_tokens: u64, max_num_seqs: u64, tile_rows: u64) -> u64 {
-    let nonempty = if max_num_seqs < max_tokens { max_num_seqs } else { max_tokens };
-    max_tokens.div_ceil(tile_rows) + nonempty + max_tokens.div_ceil(ZERO_ITEM_ROWS as u64) + 2
-}
-
-/// Bytes of the plan buffer.
-pub const fn plan_bytes(capacity: u64) -> u64 {
-    (PLAN_HEADER_WORDS as u64 + PLAN_ITEM_WORDS as u64 * capacity) * 4
-}
-
-/// Dynamic shared memory of the planning kernel: three scanned counts per thread.
-pub const PLAN_SHARED_BYTES: u32 = 3 * PLAN_THREADS * 4;
 
 /// Dynamic shared memory of the tiled kernel: the pipeline stages.
 pub const fn tiled_shared_bytes(head_dim: u32) -> u32 {
@@ -150,151 +79,6 @@ pub const fn tiled_wgmma_shared_bytes(head_dim: u32) -> u32 {
     tiled_shared_bytes(head_dim) + TILE_M * head_dim * 2 + 1024
 }
 
-/// Whether a sequence of `rows` query rows is one short item (all its M rows fit one warp's 16).
-#[inline(always)]
-fn is_short(rows: u32, group: u32) -> bool {
-    rows <= 16 / group
-}
-
-/// Builds the plan (see the module docs) with one block of `block_threads` threads: each thread counts
-/// the items of a contiguous run of sequences, a block-wide scan places them. Order: the tile
-/// items (the heaviest: the kernel runs them first, last tile of each sequence first), then the
-/// short items, then the zero-fill items; the header holds the item and tile-item counts and the
-/// work counter at 0.
-///
-/// # Safety
-/// Every thread of a block of `block_threads` threads calls it (it meets at block barriers), with
-/// `3 block_threads` words of dynamic shared memory that nothing else uses meanwhile; the metadata
-/// readable (after the grid dependency wait), as `rpa_plan` takes it; `plan` holds
-/// [`plan_bytes`]`(p.plan_capacity)` bytes that nothing reads meanwhile.
-#[inline(always)]
-pub(crate) unsafe fn plan_items(
-    cu_q_lens: *const i32,
-    num_seqs: *const i32,
-    plan: *mut u32,
-    p: RpaParams,
-    block_threads: u32,
-) {
-    let (tid, threads) = (thread_idx_x() as usize, block_threads as usize);
-    let n = clamp_num_seqs(*num_seqs, p.max_num_seqs);
-    let group = p.num_q_heads / p.num_kv_heads;
-    let tile_rows = p.tile_rows.max(1);
-    let max_tokens = p.max_tokens as i32; // < 2^31, validated on the host
-    let cu = |i: u32| *cu_q_lens.add(i as usize);
-    let row_of = |i: u32| cu(i).clamp(0, max_tokens) as u32;
-    let per = n.div_ceil(block_threads);
-    let lo = (tid as u32 * per).min(n);
-    let hi = (lo + per).min(n);
-    // This thread's (tile items, short items, decreasing cu_q_lens steps).
-    let mut counts = [0u32; 3];
-    // Decode sequences that the pipelined kernel runs apart (`RpaParams::decode_apart`) are no
-    // items of this plan.
-    let apart = |i: u32| p.decode_apart != 0 && is_apart_decode(cu(i), cu(i + 1), p.max_tokens);
-    for i in lo..hi {
-        if cu(i + 1) < cu(i) {
-            counts[2] += 1;
-        }
-        let rows = row_of(i + 1).saturating_sub(row_of(i));
-        if rows == 0 || apart(i) {
-        } else if is_short(rows, group) {
-            counts[1] += 1;
-        } else {
-            counts[0] += rows.div_ceil(tile_rows);
-        }
-    }
-
-    // Inclusive scans of the three counts over the threads (Hillis-Steele in shared memory).
-    let scan = dynamic_shared_mem::<u32>();
-    unroll::<3>(|c| *scan.add(c * threads + tid) = counts[c]);
-    sync_threads();
-    let mut offset = 1;
-    while offset < threads {
-        let mut v = [0u32; 3];
-        unroll::<3>(|c| {
-            v[c] = *scan.add(c * threads + tid);
-            if tid >= offset {
-                v[c] += *scan.add(c * threads + tid - offset);
-            }
-        });
-        sync_threads();
-        unroll::<3>(|c| *scan.add(c * threads + tid) = v[c]);
-        sync_threads();
-        offset *= 2;
-    }
-    let total = |c: usize| *scan.add(c * threads + threads - 1);
-    let (tiles, shorts) = (total(0), total(1));
-    let capacity = p.plan_capacity;
-    if total(2) != 0 {
-        if tid == 0 {
-            *plan = 0;
-            *plan.add(PLAN_FALLBACK_WORD) = 1;
-            *plan.add(PLAN_WORK_COUNTER_WORD) = 0;
-        }
-        return;
-    }
-    let write = |k: u32, seq: u32, row: u32, rows: u32| {
-        if k < capacity {
-            let item = plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
-            *item = seq;
-            *item.add(1) = row;
-            *item.add(2) = rows;
-            *item.add(3) = 0;
-        }
-    };
-    let mut next_tile = *scan.add(tid) - counts[0];
-    let mut next_short = tiles + *scan.add(threads + tid) - counts[1];
-    for i in lo..hi {
-        let (r0, r1) = (row_of(i), row_of(i + 1));
-        if r1 <= r0 || apart(i) {
-            continue;
-        }
-        if is_short(r1 - r0, group) {
-            write(next_short, i, r0, r1 - r0);
-            next_short += 1;
-        } else {
-            let mut r = r0;
-            while r < r1 {
-                let rows = (r1 - r).min(tile_rows);
-                write(next_tile, i, r, rows);
-                next_tile += 1;
-                r += rows;
-            }
-        }
-    }
-    // Zero-fill items for the rows before the first sequence and after the last.
-    let (head, tail0) = (row_of(0), row_of(n));
-    let head_items = head.div_ceil(ZERO_ITEM_ROWS);
-    let zero_items = head_items + (p.max_tokens - tail0).div_ceil(ZERO_ITEM_ROWS);
-    let mut z = tid as u32;
-    while z < zero_items {
-        let (start, end) = if z < head_items {
-            (z * ZERO_ITEM_ROWS, head)
-        } else {
-            (tail0 + (z - head_items) * ZERO_ITEM_ROWS, p.max_tokens)
-        };
-        write(tiles + shorts + z, NO_SEQUENCE, start, (end - start).min(ZERO_ITEM_ROWS));
-        z += block_threads;
-    }
-    if tid == 0 {
-        *plan = (tiles + shorts + zero_items).min(capacity);
-        *plan.add(PLAN_FALLBACK_WORD) = 0;
-        *plan.add(PLAN_TILES_WORD) = tiles.min(capacity);
-        *plan.add(PLAN_WORK_COUNTER_WORD) = 0;
-    }
-}
-
-/// Pointers of one tiled launch.
-pub(crate) struct TiledPointers<Q> {
-    pub q: *const Q,
-    pub kv: *const Q,
-    pub kv_lens: *const i32,
-    pub page_indices: *const i32,
-    pub cu_q_lens: *const i32,
-    pub num_seqs: *const i32,
-    pub plan: *const u32,
-    pub out: *mut Q,
-}
-
 /// Keys `[lo, hi)` that any of rows `[ra, rb]` of an item may visit (rows' ranges grow with the
 /// row; an empty first row widens the range to 0, which only costs masked work).
 #[inline(always)]
@@ -302,55 +86,6 @@ pub(crate) fn rows_visit_range(first: &RowWindow, last: &RowWindow, include_mask
     let (lo_a, hi_a) = first.visit_range(include_masked);
     let (lo_b, hi_b) = last.visit_range(include_masked);
     (lo_a.min(lo_b), hi_a.max(hi_b))
-}
-
-/// The plan's header, as the tile kernels walk it.
-#[derive(Clone, Copy)]
-pub(crate) struct PlanView {
-    count: u32,
-    /// Invalid `cu_q_lens`: the items are single rows (see [`PlanView::item`]).
-    pub(crate) fallback: bool,
-    tiles: u32,
-}
-
-impl PlanView {
-    /// # Safety
-    /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait).
-    #[inline(always)]
-    pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>) -> Self {
-        PlanView {
-            count: *ptr.plan,
-            fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0,
-            tiles: *ptr.plan.add(PLAN_TILES_WORD),
-        }
-    }
-
-    /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items,
-    /// tile items last-first (a causal sequence's last tiles see the most keys, and the kernels
-    /// take the lowest units first), or with the fallback flag row `unit`, owned as
-    /// [`find_sequence`] says. Items are in ascending order of `unit`: past one end, past all.
-    ///
-    /// # Safety
-    /// As [`PlanView::load`]; `ptr.cu_q_lens` and `ptr.num_seqs` as [`rpa_plan`] takes them.
-    #[inline(always)]
-    pub(crate) unsafe fn item<Q>(&self, ptr: &TiledPointers<Q>, p: &RpaParams, unit: u32) -> Option<(u32, u32, u32)> {
-        if self.fallback {
-            if unit >= p.max_tokens {
-                return None;
-            }
-            // Read here, not held: the producer's registers are few.
-            let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
-            let seq = find_sequence(unit as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
-            Some((seq.unwrap_or(NO_SEQUENCE), unit, 1))
-        } else {
-            if unit >= self.count {
-                return None;
-            }
-            let k = if unit < self.tiles { self.tiles - 1 - unit } else { unit };
-            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
-            Some((*item, *item.add(1), *item.add(2)))
-        }
-    }
 }
 
 /// Calls `f(seq, first row, rows, KV head)` for the block's items: item `blockIdx.x` of the plan

@@ -2,7 +2,7 @@
 //! the `mma.m16n8k16` tile and the block's query heads (at most eight: GQA groups up to 8) its N
 //! columns, `Sᵀ = K Qᵀ` and `Oᵀ += Vᵀ Pᵀ`.
 //!
-//! Why: with the heads as the M rows (`paged_attention_mma`), a group of 4 fills 4 of 16 rows:
+//! Why: with the heads as the M rows (`decode::mma`), a group of 4 fills 4 of 16 rows:
 //! the q fragments (A, four registers per k-step) and the accumulators of O (16 x head_dim) are
 //! three quarters padding, held in registers that decide how many warps an SM keeps, and every
 //! product runs over the padding. Keys as rows pad 8 columns instead of 16 rows: q is a B
@@ -19,8 +19,10 @@ use crate::math::{exp2_approx, fma_f32, max_f32};
 use crate::mma::{movmatrix_trans, MmaElement};
 use crate::warp::{butterfly_max_f32, butterfly_sum_f32, lane_id, warp_any};
 
-use super::paged_attention_mma::{range_bits, LogitScale, MMA_HEADS_PER_BLOCK, RESCALE_THRESHOLD_LOG2};
-use super::unroll;
+use crate::attention::mask::range_bits;
+use crate::attention::softmax::{LogitScale, RESCALE_THRESHOLD_LOG2};
+use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
+use crate::kernels::unroll;
 
 /// Most query heads a block of the key-rows layout computes: the N of the mma tile. The host
 /// takes the layout only for GQA groups up to this (one head chunk per KV head).

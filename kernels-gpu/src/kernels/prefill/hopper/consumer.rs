@@ -1,0 +1,258 @@
+//! The consumer warpgroups: per tile S = Q Kᵀ, mask and online softmax, O += P V (`wgmma`), in
+//! FlashAttention 3's order, with the ping-pong between the two consumers.
+
+use super::epilogue::{store_rows_staged, store_rows_tma};
+use super::layout::{RingSlot, SharedLayout};
+use super::producer::item_keys;
+use super::{ws_keys, ws_q_slots, CONSUMER_M, WARPGROUP};
+use crate::attention::mask::mask_logits;
+use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
+use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitScale};
+use crate::attention::RpaParams;
+use crate::barrier;
+use crate::kernels::prefill::tiled::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
+use crate::kernels::unroll;
+use crate::mma::MmaElement;
+use crate::thread::thread_idx_x;
+use crate::warp::WARP_SIZE;
+use crate::wgmma;
+
+/// Pins S's registers (64 or 128 keys: 32 or 64 f32) around a `wgmma` that writes them.
+#[inline(always)]
+pub(super) fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
+    const { assert!(KN == 8 || KN == 16, "64- or 128-key tiles") };
+    // SAFETY (of the casts): [[f32; 4]; KN] is 4 KN contiguous f32.
+    if KN == 16 {
+        wgmma::keep_accumulator(unsafe { &mut *(s.as_mut_ptr() as *mut [f32; 64]) });
+    } else {
+        wgmma::keep_accumulator(unsafe { &mut *(s.as_mut_ptr() as *mut [f32; 32]) });
+    }
+}
+
+/// A consumer's part of one item: its 64 M rows (`consumer` 0 or 1: M rows `64 consumer ..`),
+/// every key tile of the item from the rings (a tile none of its rows sees is waited for and
+/// released unread), then its rows of the output. `tiles`: the block's tile counter.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn consume_item<
+    Q: MmaElement,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const KN: usize,
+    const KSP: usize,
+    const PW: usize,
+>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    consumer: u32,
+    o_map: u64,
+    tiles: &mut u32,
+    items: &mut u32,
+    seq: u32,
+    r0: u32,
+    rc: u32,
+    g: u32,
+) {
+    let group = p.num_q_heads / p.num_kv_heads;
+    let ctid = thread_idx_x() - WARPGROUP; // 0..256 over both consumers
+    let wtid = ctid % WARPGROUP; // within this consumer
+    if seq == NO_SEQUENCE {
+        zero_item_rows::<Q, D>(ptr, p, r0, rc, g, ctid, 2 * WARPGROUP);
+        return;
+    }
+
+    let warp = wtid / WARP_SIZE;
+    let item = ItemRows::load(ptr, p, seq, r0, rc);
+    let (lo, hi) = item_keys(&item);
+    let keys = ws_keys(D as u32);
+    let num_tiles = (hi - lo).div_ceil(keys);
+
+    // This consumer's rows, and the keys they visit (tiles outside are skipped unread).
+    let c_base = consumer * CONSUMER_M;
+    let (c_lo, c_hi, _, _) = item.m_rows_keys(c_base, CONSUMER_M, group);
+    // Warp w owns M rows c_base + 16w .. + 16; this lane rows lane/4 and lane/4 + 8 of them.
+    let (m_rows, rows) = item.warp_rows(c_base + warp * 16, group);
+
+    // Q: this consumer's 64 M rows, loaded by the producer's Q loaders (`load_q_item`).
+    let q_slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    *items += 1;
+    let q_tile = smem.q(q_slot.stage, consumer);
+    barrier::wait_parity(smem.full_q(q_slot.stage), q_slot.parity);
+    let q_desc = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
+
+    let logit = LogitScale::new(p, true);
+    let mut o = [[0.0f32; 4]; NTILES];
+    let mut m = [f32::NEG_INFINITY; 2];
+    let mut l = [0.0f32; 2];
+    // The tiles this consumer's rows see, `[ia, ib)` (contiguous: the rows' key ranges are
+    // intervals that grow with the row); the others are waited for and released unread.
+    let first_tile = *tiles;
+    *tiles += num_tiles;
+    let k_slot = |i: u32| RingSlot::k_of(first_tile + i);
+    let v_slot = |i: u32| RingSlot::v_of(first_tile + i);
+    let tile_base = |i: u32| lo + i * keys;
+    let (ia, ib) = if c_lo < c_hi {
+        let ia = (c_lo.max(lo) - lo) / keys;
+        (ia, (c_hi - lo).div_ceil(keys).min(num_tiles).max(ia))
+    } else {
+        (0, 0)
+    };
+    let skip = #[inline(always)]
+    |i: u32| {
+        let (k, v) = (k_slot(i), v_slot(i));
+        barrier::wait_parity(smem.full_k(k.stage), k.parity);
+        barrier::arrive(smem.empty_k(k.stage));
+        barrier::wait_parity(smem.full_v(v.stage), v.parity);
+        barrier::arrive(smem.empty_v(v.stage));
+    };
+    // Ping-pong (`p.consumer_schedule` 1): the consumers take turns to issue their products, so
+    // the tensor cores run one consumer's S and P V while the other computes its softmax, and
+    // each one's S is not queued behind the other's. Consumer c's turn starts when it syncs on
+    // named barrier 3 + c and ends when it arrives on the other's; consumer 1 arrives once on
+    // consumer 0's at the block's start (`rpa_tiled_ws`), consumer 0 syncs once more at its end.
+    // Both take a turn for every tile of every item, their rows seeing it or not, so the turns
+    // pair up.
+    let pingpong = p.consumer_schedule != 0;
+    let turn_begin = #[inline(always)]
+    || {
+        if pingpong {
+            if consumer == 0 {
+                barrier::sync_named::<3>(2 * WARPGROUP)
+            } else {
+                barrier::sync_named::<4>(2 * WARPGROUP)
+            }
+        }
+    };
+    let turn_end = #[inline(always)]
+    || {
+        if pingpong {
+            if consumer == 0 {
+                barrier::arrive_named::<4>(2 * WARPGROUP)
+            } else {
+                barrier::arrive_named::<3>(2 * WARPGROUP)
+            }
+        }
+    };
+    for i in 0..ia {
+        skip(i);
+        turn_begin();
+        turn_end();
+    }
+    // S = Q Kᵀ of tile i issued (the tensor cores run it while the warps go on).
+    let wait_k = #[inline(always)]
+    |i: u32| {
+        let t = k_slot(i);
+        barrier::wait_parity(smem.full_k(t.stage), t.parity);
+    };
+    let issue_s = #[inline(always)]
+    |i: u32, s: &mut [[f32; 4]; KN]| {
+        let t = k_slot(i);
+        keep_s(s);
+        wgmma::fence();
+        // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
+        let k_desc = wgmma::descriptor(smem.k(t.stage), 16, 8 * 128, wgmma::Swizzle::Bytes128);
+        let q_desc = wgmma::recompute_here(q_desc);
+        unroll::<KSTEPS>(|k| {
+            let step = (k as u32 % 4) * 32;
+            let kd = wgmma::advance(k_desc, (k as u32 / 4) * keys * 128 + step);
+            let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
+            if KN == 16 {
+                wgmma::mma_m64n128k16_ss::<Q, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 64]), qd, kd, k > 0);
+            } else {
+                wgmma::mma_m64n64k16_ss::<Q, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 32]), qd, kd, k > 0);
+            }
+        });
+        wgmma::commit_group();
+    };
+    // The tile's presence bits, its logit transform, masks and softmax weights (f32, in `s`;
+    // packed into P by the caller once no wgmma is in flight); returns the rescale O still needs.
+    let softmax = #[inline(always)]
+    |i: u32, s: &mut [[f32; 4]; KN], m: &mut [f32; 2], l: &mut [f32; 2]| {
+        let presence = smem.presence(k_slot(i).stage);
+        let mut present = [0u32; PW];
+        unroll::<PW>(|w| present[w] = *presence.add(w));
+        // K is read: the producer may refill its stage.
+        barrier::arrive(smem.empty_k(k_slot(i).stage));
+        mask_logits(s, tile_base(i), present, &rows, &logit, p);
+        online_softmax_weights_f32::<KN>(s, logit.exp_scale, m, l)
+    };
+    // The FA3 order: S of tile i is issued, then O += P V of tile i - 1 behind it; the softmax of
+    // tile i runs while that P V does. Tile ia is peeled off the loop so that inside it every tile
+    // issues both products unconditionally (with the P V behind a branch ptxas cannot tell which
+    // group a `wait_group 1` retires and serializes every wgmma: benchmarks/NOTES.md "v5").
+    let mut pa = [[0u32; 4]; KSP];
+    if ia < ib {
+        let mut s = [[0.0f32; 4]; KN];
+        wait_k(ia);
+        turn_begin();
+        issue_s(ia, &mut s);
+        turn_end();
+        wgmma::wait_group::<0>();
+        keep_s(&mut s);
+        let rescale = softmax(ia, &mut s, &mut m, &mut l);
+        rescale.apply(&mut o);
+        pack_weights::<Q, KN, KSP>(&s, &mut pa);
+    }
+    let mut i = ia + 1;
+    while i < ib {
+        let mut s = [[0.0f32; 4]; KN];
+        let prev = v_slot(i - 1);
+        wait_k(i);
+        barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
+        turn_begin();
+        issue_s(i, &mut s);
+        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(prev.stage));
+        turn_end();
+        // S done; the P V may still run.
+        wgmma::wait_group::<1>();
+        keep_s(&mut s);
+        let rescale = softmax(i, &mut s, &mut m, &mut l);
+        // The P V of tile i - 1 has finished writing O and reading its stage and P.
+        wgmma::wait_group::<0>();
+        keep_o(&mut o);
+        wgmma::keep_fragments(&mut pa);
+        barrier::arrive(smem.empty_v(prev.stage));
+        rescale.apply(&mut o);
+        pack_weights::<Q, KN, KSP>(&s, &mut pa);
+        i += 1;
+    }
+    if ia < ib {
+        let last = v_slot(ib - 1);
+        barrier::wait_parity(smem.full_v(last.stage), last.parity);
+        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(last.stage));
+        wgmma::wait_group::<0>();
+        keep_o(&mut o);
+        wgmma::keep_fragments(&mut pa);
+        barrier::arrive(smem.empty_v(last.stage));
+    }
+    for i in ib..num_tiles {
+        skip(i);
+        turn_begin();
+        turn_end();
+    }
+    // Each warp owns its rows: normalize and write them. Every S product (the Q tile's only
+    // reader: each consumer has its own) has completed, so the tile is free until this consumer
+    // arrives on the slot's empty barrier, after which the loaders may refill the slot.
+    if ws_q_slots(D as u32) > 1 {
+        // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
+        // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".) All
+        // 64 rows in the item (this consumer's tokens): one bulk store per column block.
+        if o_map != 0 && (c_base + CONSUMER_M) / group <= rc {
+            let token = r0 + c_base / group;
+            store_rows_tma::<Q, D, NTILES, KSTEPS>(q_tile, warp, wtid, consumer, o_map, token, g * group, &l, &o);
+        } else {
+            store_rows_staged::<Q, D, NTILES, KSTEPS>(ptr, p, q_tile, warp, c_base, r0, rc, g, &l, &o);
+        }
+        // The loaders may refill the tile with bulk copies (the async proxy): order this warp's
+        // writes and reads of it before them.
+        wgmma::fence_proxy_async_shared();
+        barrier::arrive(smem.empty_q(q_slot.stage));
+    } else {
+        // One Q slot at head_dim 256: release it first, so the next item's Q loads under the
+        // stores.
+        barrier::arrive(smem.empty_q(q_slot.stage));
+        store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+    }
+}

@@ -1,0 +1,531 @@
+//! Ragged paged attention over 128-row query tiles with warp specialization (sm_90a image): the
+//! prefill kernel on Hopper, FlashAttention 3's structure for a paged KV cache.
+//!
+//! The work items are the tiled kernel's ([`crate::kernels::prefill::tiled::plan_items`], with
+//! [`ws_tile_rows`] query rows per tile item: 128 M rows). At head dims 64 and 128 a call is one
+//! launch where the blocks are persistent ([`ws_plans_itself`]): block 0 builds the plan in the
+//! workspace and stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after it
+//! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]); a call whose
+//! decode sequences run apart is two launches, the pipelined decode kernel first, this kernel's
+//! block 0 planning once the decode kernel's first block says the inputs are written. Otherwise
+//! (head_dim 256, one block per pair) [`rpa_plan_ws`] plans and stores the maps first; with decode
+//! sequences apart at head dims 64 and 128 it publishes them under the call's tag. With decode
+//! sequences apart (and `XGK_RPA_DECODE_APART=2`, the default) this kernel's blocks wait for the
+//! published plan rather than for the decode kernel, which they run beside.
+//! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
+//! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
+//!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
+//!   after its K stage) with the tensor memory accelerator, one bulk copy per (16-key page block,
+//!   64-dim column block), lanes 0-7 one 16-key block each, completing the bytes on the stage's
+//!   *full* mbarrier; its warps 2 and 3 load each item's Q tile (with one thread's bulk copies
+//!   through the call's Q tensor map where a consumer's rows are one box, [`ws_q_by_tma`]; else
+//!   `cp.async`, rows past the item zero-filled) into a two-slot ring (one slot at head_dim 256,
+//!   always `cp.async`), so the next item's Q is in
+//!   place when the consumers finish an item; it runs on 48 registers, the consumers on 224 (24 and
+//!   240 at head_dim 256);
+//! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
+//!   `m64n128k16`, or `m64n64k16` for 64-key tiles, Q and K from shared memory), the mask and
+//!   online softmax, and O += P V
+//!   (`wgmma`, P from registers), in FA3's order (S of tile i issued before the P V of tile i - 1,
+//!   the softmax of tile i while that P V runs), releasing each stage on its *empty* mbarrier as
+//!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the two consumers
+//!   take turns to issue their products (FA3's ping-pong, two named barriers), so one's softmax
+//!   runs under the other's matrix products; with 0 they issue freely. At an item's end each
+//!   consumer warp stages its rows of O in its own Q tile (`stmatrix`, head dims 64 and 128; at
+//!   256, whose Q ring has one slot, they are stored from registers): where Q came by its map and
+//!   all 64 of the consumer's rows are in the item, in the map's layout, and one thread writes the
+//!   tile with bulk tensor stores through the output's map; else each warp reads its rows back
+//!   and writes them with 16-byte stores.
+//!
+//! Keys are visited from the item's first key rounded down to a multiple of 16 (the copies move
+//! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
+//! see them). A block on a page outside the pool, or past the item's keys, is copied from
+//! coordinates outside the tensor: zeros. Key presence (on a page of the pool, before the item's
+//! end) travels with the K tile: the producer writes one 32-bit mask per 32 keys of a stage,
+//! released by the stage's full barrier.
+//!
+//! The grid is one row of blocks walking the (item, KV head) pairs ([`for_each_pair`]): one block
+//! per pair, or persistent blocks, as many as there are multiprocessors, whose producer loads the
+//! next item's Q and first tiles under the consumers' last tiles and epilogue. Persistent blocks
+//! take their pairs in a fixed snake order or, with `RpaParams::dynamic_pairs`, from a counter in
+//! the plan's header, fetched by thread 0 and passed to the block through a shared-memory ring.
+//!
+//! Needs page sizes that are multiples of 16 and a KV pool the tensor map can describe (checked on
+//! the host, `tiled_ws_applies`).
+
+mod consumer;
+mod epilogue;
+mod layout;
+mod producer;
+pub(crate) mod scheduler;
+
+use crate::attention::RpaParams;
+use crate::barrier;
+use crate::kernel;
+use crate::mma::MmaElement;
+use crate::num::Bf16;
+use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::thread::{sync_threads, thread_idx_x};
+use crate::tma::{self, TensorMapImage};
+use crate::warp::WARP_SIZE;
+use crate::warpgroup;
+
+use crate::attention::planner::{plan_bytes, plan_items, TiledPointers, NO_SEQUENCE, PLAN_THREADS};
+use crate::kernels::prefill::tiled::TILE_M;
+use consumer::consume_item;
+use layout::{q_tile_bytes, stage_bytes, SharedLayout};
+use producer::{load_q_item, load_q_item_tma, produce_item};
+use scheduler::{count_block_done, for_each_pair, plan_or_wait, publish_plan, store_maps, TileBlocks, WholeGrid};
+
+/// M rows (query row × query head pairs) of a tile item: 64 per consumer warpgroup.
+pub const WS_TILE_M: u32 = 128;
+/// Keys per K/V tile at head_dim 64 and 128 (S of a consumer is 64 x 128: 64 f32 registers per
+/// thread); 64 at head_dim 256, where O takes 128 registers ([`ws_keys`]).
+pub const WS_KEYS: u32 = 128;
+
+/// Keys per K/V tile for a head dim: a K or V stage is 32 KiB at 128 and 256, 16 KiB at 64.
+pub const fn ws_keys(head_dim: u32) -> u32 {
+    if head_dim > 128 {
+        64
+    } else {
+        WS_KEYS
+    }
+}
+
+/// Slots of the Q ring for a head dim (a slot holds both consumers' Q tiles: 32 KiB at head_dim
+/// 128): two, so that the next item's Q lands while the current one runs; one at head_dim 256
+/// (64 KiB a slot), where shared memory holds no second.
+pub const fn ws_q_slots(head_dim: u32) -> u32 {
+    if head_dim > 128 {
+        1
+    } else {
+        MAX_Q_SLOTS
+    }
+}
+/// Threads per block: the producer warpgroup and two consumer warpgroups.
+pub const WS_THREADS: u32 = 384;
+/// Stages of the K ring and of the V ring (a stage of K or V is 32 KiB at head_dim 128). V gets
+/// one more: with K(i) and V(i) loaded together, a V stage is released a tile later than its K
+/// stage (after P V, not after S), and a third stage gives its copy a tile more of lead.
+pub const WS_K_STAGES: u32 = 2;
+pub const WS_V_STAGES: u32 = 3;
+/// Stages of both rings.
+const KV_STAGES: u32 = WS_K_STAGES + WS_V_STAGES;
+/// Most slots of the Q ring ([`ws_q_slots`]; the barriers are laid out for this many).
+const MAX_Q_SLOTS: u32 = 2;
+/// Threads of the producer warpgroup that load Q: its warps 2 and 3 (warps 0 and 1 load K and V).
+const Q_LOADERS: u32 = WARPGROUP - 2 * WARP_SIZE;
+/// Slots of the schedule ring (pair indices thread 0 fetched, read by every thread).
+const SCHED_SLOTS: u32 = 4;
+/// Keys of one bulk copy: a 16-key block of one page (page sizes are multiples of 16).
+pub const WS_BLOCK_KEYS: u32 = 16;
+/// Threads of a warpgroup.
+const WARPGROUP: u32 = 128;
+/// M rows of one consumer warpgroup.
+pub const CONSUMER_M: u32 = 64;
+/// Registers per thread of the producer and of the consumers, within the block's pool (168 per
+/// thread for 384 threads: 128 x 48 + 256 x 224 <= 384 x 168; budgets are multiples of 8). S
+/// (64), O (64) and P (32) of a consumer thread fit with room for the softmax (at head_dim 256:
+/// S 32, O 128, P 16); FA3's 24 / 240, and
+/// 40 / 232, left the producer (its walk over (item, KV head) pairs, its Q loaders) spilling
+/// with ptxas 13.0.
+const PRODUCER_REGISTERS: u32 = 48;
+const CONSUMER_REGISTERS: u32 = 224;
+/// At head_dim 256 (O alone is 128 registers): 128 x 24 + 256 x 240 = 384 x 168.
+const PRODUCER_REGISTERS_D256: u32 = 24;
+const CONSUMER_REGISTERS_D256: u32 = 240;
+/// Arrivals that fill a stage: the producer's lane 0, announcing the stage's bytes.
+const FULL_ARRIVALS: u32 = 1;
+/// Arrivals that empty a stage (or a Q slot): every consumer thread, once it has read it.
+const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
+/// Mbarriers: full and empty for each K and V stage, each Q slot and each schedule slot.
+const BARRIERS: u32 = 2 * KV_STAGES + 2 * MAX_Q_SLOTS + 2 * SCHED_SLOTS;
+
+/// Whether this kernel covers a head size and GQA group (16-bit KV of q's dtype): head_dim 64,
+/// 128 or 256, the tiled kernel's groups.
+pub const fn ws_supports(head_dim: u32, group: u32) -> bool {
+    matches!(head_dim, 64 | 128 | 256) && group >= 1 && group <= TILE_M
+}
+
+/// Query rows per tile item of this kernel for a GQA group.
+pub const fn ws_tile_rows(group: u32) -> u32 {
+    WS_TILE_M / group
+}
+
+/// Whether the kernel can build its own plan at a head dim, or wait for one published under a tag
+/// ([`plan_or_wait`]): the host then passes a nonzero `RpaParams::launch_tag` and launches no
+/// [`rpa_plan_ws`] before it, where its blocks are persistent (after the decode kernel with decode
+/// rows apart); or, with decode rows apart and one block per pair, launches [`rpa_plan_ws`] with
+/// the tag. Not at 256: the
+/// protocol's code before the roles made ptxas spill ~4x more of the producer's 24 registers there
+/// (benchmarks/NOTES.md "v24"), so those kernels have none.
+pub const fn ws_plans_itself(head_dim: u32) -> bool {
+    head_dim <= 128
+}
+
+/// The tensor maps stored after the plan ([`plan_or_wait`], [`rpa_plan_ws`]), in this order.
+#[derive(Clone, Copy)]
+pub enum WsMap {
+    /// The KV pool's (the producer's K and V copies).
+    KeysValues = 0,
+    /// The queries' (where [`ws_q_by_tma`]).
+    Queries = 1,
+    /// The output's, Q's layout at `out` (the epilogue's bulk stores, where [`ws_q_by_tma`]).
+    Output = 2,
+}
+
+/// Global address of tensor map `map` in the scratch buffer at `plan`: the maps follow the plan
+/// from its next 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only
+/// 16-byte aligned), in [`WsMap`]'s order.
+pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64, map: WsMap) -> u64 {
+    (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64) + map as u64 * tma::MAP_BYTES as u64
+}
+
+/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the K/V, the Q and
+/// the output tensor maps.
+pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
+    plan_bytes(plan_capacity) + 4 * tma::MAP_BYTES as u64
+}
+
+/// Whether the producer loads Q through the call's Q tensor map (one bulk copy per consumer and
+/// 64-dim column block): where a consumer's 64 M rows are one box ([`ws_q_box`]: `group` heads
+/// of `64 / group` tokens, so `group` divides 64) and at head_dim 64 and 128 (at 256 the
+/// producer's 24 registers keep the `cp.async` loaders). Other groups' rows straddle tokens. The
+/// host encodes the map only where this holds.
+pub const fn ws_q_by_tma(head_dim: u32, group: u32) -> bool {
+    head_dim <= 128 && group >= 1 && group <= CONSUMER_M && CONSUMER_M.is_multiple_of(group)
+}
+
+/// The box of the Q tensor map (dims x heads x tokens) for a GQA group where [`ws_q_by_tma`].
+pub const fn ws_q_box(group: u32) -> [u32; 3] {
+    [64, group, CONSUMER_M / group]
+}
+
+/// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
+/// ring (two consumers' Q tiles per slot), the K and V rings, then the mbarriers, the presence
+/// masks (with K) and the schedule ring. At head_dim 128 and 256: 225 KiB (one block per
+/// multiprocessor, as its registers allow anyway; 227 KiB is the most a block may take).
+pub const fn ws_shared_bytes(head_dim: u32) -> u32 {
+    1024 + 2 * ws_q_slots(head_dim) * q_tile_bytes(head_dim)
+        + KV_STAGES * stage_bytes(head_dim)
+        + 8 * BARRIERS
+        + WS_K_STAGES * (ws_keys(head_dim) / 8)
+        + 4 * SCHED_SLOTS
+}
+
+/// The warp-specialized kernel's body (see the module docs) as block `grid.block` of
+/// `grid.blocks` tile blocks: the whole grid (`rpa_tile_ws_*`), or the tile blocks of a mix's one
+/// launch (`kernels::mix`).
+#[inline(always)]
+pub(crate) unsafe fn rpa_tiled_ws<
+    Q: MmaElement,
+    const D: usize,
+    const KSTEPS: usize,
+    const NTILES: usize,
+    const KN: usize,
+    const KSP: usize,
+    const PW: usize,
+    G: TileBlocks,
+>(
+    ptr: TiledPointers<Q>,
+    p: RpaParams,
+    maps: [&TensorMapImage; 3],
+    grid: G,
+) {
+    const {
+        assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
+        // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
+        assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
+    };
+    // Launched programmatically (sm_90 image): the kernel after this one may launch once every
+    // block has started; it waits for this grid's end before touching what this one does.
+    crate::grid_dependency::launch_dependents();
+    // A plan published under a tag (a nonzero tag; never at head_dim 256, whose kernels keep no
+    // code for it): built by block 0 (`plan_or_wait`), or with decode rows apart and one block
+    // per pair by the planning kernel; with decode rows apart, no wait for the decode kernel
+    // between.
+    let tagged_plan = ws_plans_itself(D as u32) && p.launch_tag != 0;
+    let q_by_tma = ws_q_by_tma(D as u32, p.num_q_heads / p.num_kv_heads.max(1));
+    let raw = dynamic_shared_mem::<u8>();
+    let raw_address = shared_address(raw);
+    let base = (raw_address + 1023) & !1023;
+    let smem = SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32 };
+    let tid = thread_idx_x();
+    if tid == 0 {
+        for stage in 0..WS_K_STAGES {
+            barrier::init(smem.full_k(stage), FULL_ARRIVALS);
+            barrier::init(smem.empty_k(stage), EMPTY_ARRIVALS);
+        }
+        for stage in 0..WS_V_STAGES {
+            barrier::init(smem.full_v(stage), FULL_ARRIVALS);
+            barrier::init(smem.empty_v(stage), EMPTY_ARRIVALS);
+        }
+        for slot in 0..MAX_Q_SLOTS {
+            barrier::init(smem.full_q(slot), if q_by_tma { 1 } else { Q_LOADERS });
+            barrier::init(smem.empty_q(slot), EMPTY_ARRIVALS);
+        }
+        for slot in 0..SCHED_SLOTS {
+            barrier::init(smem.full_sched(slot), 1);
+            barrier::init(smem.empty_sched(slot), WS_THREADS);
+        }
+    }
+    if tagged_plan {
+        // (Its block barriers order the mbarriers' initialization before their use too.)
+        plan_or_wait(&ptr, &p, maps, grid);
+    } else {
+        // The inputs and the plan (and with decode rows apart, the decode kernel's end) after
+        // the wait.
+        crate::grid_dependency::wait_for_prerequisites();
+        sync_threads();
+    }
+    // Every role walks the same items and tiles, counting tiles (and sequence items) the same way.
+    let mut tiles = 0u32;
+    let mut items = 0u32;
+    let role = tid / WARPGROUP;
+    if role == 0 {
+        if D > 128 {
+            warpgroup::release_registers::<PRODUCER_REGISTERS_D256>();
+        } else {
+            warpgroup::release_registers::<PRODUCER_REGISTERS>();
+        }
+        if tid < 2 * WARP_SIZE {
+            let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::KeysValues);
+            tma::acquire_map(map);
+            if tid < WARP_SIZE {
+                for_each_pair(
+                    &ptr,
+                    &p,
+                    smem,
+                    grid,
+                    #[inline(always)]
+                    |seq, r0, rc, g| {
+                        if seq != NO_SEQUENCE {
+                            produce_item::<Q, D, false, PW>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
+                        }
+                    },
+                );
+            } else {
+                for_each_pair(
+                    &ptr,
+                    &p,
+                    smem,
+                    grid,
+                    #[inline(always)]
+                    |seq, r0, rc, g| {
+                        if seq != NO_SEQUENCE {
+                            produce_item::<Q, D, true, PW>(&ptr, &p, smem, map, &mut tiles, seq, r0, rc, g)
+                        }
+                    },
+                );
+            }
+        } else if q_by_tma {
+            let issuer = tid == 2 * WARP_SIZE;
+            let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Queries);
+            if issuer {
+                tma::acquire_map(q_map);
+            }
+            for_each_pair(
+                &ptr,
+                &p,
+                smem,
+                grid,
+                #[inline(always)]
+                |seq, r0, _, g| {
+                    if seq != NO_SEQUENCE && issuer {
+                        load_q_item_tma::<D>(&p, smem, q_map, &mut items, r0, g)
+                    }
+                },
+            );
+        } else {
+            for_each_pair(
+                &ptr,
+                &p,
+                smem,
+                grid,
+                #[inline(always)]
+                |seq, r0, rc, g| {
+                    if seq != NO_SEQUENCE {
+                        load_q_item::<Q, D>(&ptr, &p, smem, tid - 2 * WARP_SIZE, &mut items, r0, rc, g)
+                    }
+                },
+            );
+        }
+    } else {
+        if D > 128 {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS_D256>();
+        } else {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS>();
+        }
+        let consumer = role - 1;
+        // The output's tensor map, for the epilogue's bulk stores of whole consumer tiles
+        // (`store_rows_tma`); 0 where Q is not loaded by the map (another layout).
+        let o_map =
+            if q_by_tma { ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Output) } else { 0 };
+        let issuer = tid.is_multiple_of(WARPGROUP); // the consumer's thread 0
+        if o_map != 0 && issuer {
+            tma::acquire_map(o_map);
+        }
+        // Ping-pong turns (see `consume_item`): consumer 0 goes first.
+        let pingpong = p.consumer_schedule != 0;
+        if pingpong && consumer == 1 {
+            barrier::arrive_named::<3>(2 * WARPGROUP);
+        }
+        for_each_pair(
+            &ptr,
+            &p,
+            smem,
+            grid,
+            #[inline(always)]
+            |seq, r0, rc, g| {
+                consume_item::<Q, D, KSTEPS, NTILES, KN, KSP, PW>(
+                    &ptr, &p, smem, consumer, o_map, &mut tiles, &mut items, seq, r0, rc, g,
+                )
+            },
+        );
+        // The last bulk stores' writes done before the block ends.
+        if o_map != 0 && issuer {
+            tma::bulk_wait_group::<0>();
+        }
+        // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
+        if pingpong && consumer == 0 {
+            barrier::sync_named::<3>(2 * WARPGROUP);
+        }
+    }
+    if tagged_plan {
+        count_block_done(&ptr, grid);
+        if !G::MIX && p.decode_apart != 0 {
+            // The decode kernel before this one may still run (its rows are not this kernel's):
+            // this grid ends after it, so that the kernels after the call, which wait for this
+            // grid only, find the decode rows written too.
+            crate::grid_dependency::wait_for_prerequisites();
+        }
+    }
+}
+
+/// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
+/// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]):
+/// launched before it where the kernel does not plan itself (see [`ws_plans_itself`]). A nonzero
+/// `params.launch_tag` (decode rows apart, one block per pair) publishes the plan under it
+/// ([`plan_or_wait`]).
+///
+/// # Safety
+/// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
+/// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host), `q_map` its
+/// queries and `o_map` its output (dims x query heads x `max_tokens`, boxes [`ws_q_box`]) where
+/// [`ws_q_by_tma`], else unused.
+#[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+#[kernel]
+pub unsafe fn rpa_plan_ws(
+    cu_q_lens: *const i32,
+    num_seqs: *const i32,
+    plan: *mut u32,
+    params: RpaParams,
+    map: TensorMapImage,
+    q_map: TensorMapImage,
+    o_map: TensorMapImage,
+) {
+    // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
+    // and waits for the plan before reading it.
+    crate::grid_dependency::launch_dependents();
+    crate::grid_dependency::wait_for_prerequisites();
+    if thread_idx_x() == 0 {
+        store_maps(plan, params.plan_capacity, [&map, &q_map, &o_map]);
+    }
+    plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS);
+    if params.launch_tag != 0 {
+        // With decode rows apart, the tile kernel waits for the plan by its state word, not for
+        // this grid's end ([`plan_or_wait`]).
+        sync_threads();
+        if thread_idx_x() == 0 {
+            publish_plan(plan, params.launch_tag);
+        }
+    }
+}
+
+/// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`,
+/// with the head dim's keys per tile ([`ws_keys`]).
+macro_rules! rpa_tile_ws_kernels {
+    ($( $name:ident: $q:ty, $d:literal, $keys:literal; )*) => {$(
+        /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
+        /// per tile item: one launch per call where it plans itself (a nonzero
+        /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]; after the
+        /// pipelined decode kernel, beside which it runs, with `decode_apart` 2), else after
+        /// [`rpa_plan_ws`] (and the pipelined decode kernel where `params.decode_apart` is 1,
+        /// beside which it runs under a nonzero tag).
+        ///
+        /// # Safety
+        /// Grid `(n, 1)` with n at most `params.plan_capacity * num_kv_heads` (whose triple, and
+        /// that of `max_tokens * num_kv_heads`, fit in a `u32`), [`WS_THREADS`] threads and
+        /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
+        /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
+        /// (16-byte aligned) that only this grid writes while it runs (with decode rows apart, the
+        /// planning kernel before it may still be writing it, or the decode kernel its inputs
+        /// word): written by [`rpa_plan_ws`] with the same `params` (the maps unused; with a
+        /// nonzero `params.launch_tag` only where `params.decode_apart` is 1), or of any contents
+        /// where the kernel plans itself (a nonzero tag, `params.decode_apart` 0, or 2 after the
+        /// decode kernel launched with the same tag), with the grid at most one block per
+        /// multiprocessor, `map` describing `kv` (`tiled_ws_supports` on the host),
+        /// `q_map` the queries and `o_map` the output (dims x query heads x `max_tokens`, boxes
+        /// [`ws_q_box`]) where [`ws_q_by_tma`]. Metadata values may be anything: they never
+        /// lead outside the buffers.
+        #[kernel(max_threads = 384)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name(
+            q: *const $q, kv: *const $q, kv_lens: *const i32, page_indices: *const i32,
+            cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
+            params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
+        ) {
+            rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
+                TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
+                params,
+                [&map, &q_map, &o_map],
+                WholeGrid,
+            )
+        }
+    )*};
+}
+
+#[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
+rpa_tile_ws_kernels! {
+    rpa_tile_ws_f16_f16_d64: f16, 64, 128;
+    rpa_tile_ws_f16_f16_d128: f16, 128, 128;
+    rpa_tile_ws_f16_f16_d256: f16, 256, 64;
+    rpa_tile_ws_bf16_bf16_d64: Bf16, 64, 128;
+    rpa_tile_ws_bf16_bf16_d128: Bf16, 128, 128;
+    rpa_tile_ws_bf16_bf16_d256: Bf16, 256, 64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_fits_a_hopper_block() {
+        // 227 KiB is the most a block may take on sm_90.
+        assert!(ws_shared_bytes(128) <= 227 * 1024);
+        assert!(ws_shared_bytes(64) <= ws_shared_bytes(128));
+    }
+
+    #[test]
+    fn register_budgets_fit_the_pool_of_384_threads() {
+        // 65536 registers per multiprocessor; 384 threads get at most 168 each (a multiple of 8).
+        const { assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168) };
+        const { assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8)) };
+        assert_eq!(WS_THREADS, 3 * WARPGROUP);
+    }
+
+    #[test]
+    fn ring_slots_alternate_parity_per_round() {
+        for (slots, of) in [(WS_K_STAGES, RingSlot::k_of as fn(u32) -> RingSlot), (WS_V_STAGES, RingSlot::v_of)] {
+            let at = |n: u32| {
+                let s = of(n);
+                (s.stage, s.parity)
+            };
+            assert_eq!(at(0), (0, 0));
+            assert_eq!(at(slots - 1), (slots - 1, 0));
+            assert_eq!(at(slots), (0, 1));
+            assert_eq!(at(2 * slots), (0, 0));
+            assert_eq!(at(2 * slots - 1), (slots - 1, 1));
+        }
+    }
+}

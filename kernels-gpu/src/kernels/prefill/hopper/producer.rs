@@ -1,0 +1,205 @@
+//! The producer warpgroup: K and V tiles by TMA into their rings, with the tiles' key presence
+//! (warps 0 and 1), and each item's Q tile (warps 2 and 3).
+
+use super::layout::{q_tile_bytes, RingSlot, SharedLayout};
+use super::{ws_keys, ws_q_slots, CONSUMER_M, Q_LOADERS, WS_BLOCK_KEYS};
+use crate::attention::planner::TiledPointers;
+use crate::attention::{page_is_valid, RpaParams};
+use crate::barrier;
+use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
+use crate::kernels::prefill::tiled::ItemRows;
+use crate::kernels::unroll;
+use crate::tma::{self};
+use crate::warp::{lane_id, sync_warp, warp_ballot};
+use crate::wgmma;
+
+/// Keys `[lo, hi)` the block visits for an item: the item's, `lo` rounded down to a whole 16-key
+/// block (every role derives its tile count from this).
+#[inline(always)]
+pub(super) fn item_keys(item: &ItemRows) -> (u32, u32) {
+    let (lo, hi) = item.keys();
+    (lo & !(WS_BLOCK_KEYS - 1), hi)
+}
+
+/// Bit k set for the keys `base + k` (k < 32) below `keys`.
+#[inline(always)]
+pub(super) fn keys_below(keys: u32, base: u32) -> u32 {
+    let n = keys.saturating_sub(base);
+    if n >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << n) - 1
+    }
+}
+
+/// One producer warp's part of one item: for each key tile, K (`VALUES` false: the producer's
+/// warp 0) or V (`VALUES` true: its warp 1): wait until the tile's stage is empty, for K write
+/// the presence masks, announce the stage's bytes and copy, lane `b` < 8 its 16-key block `b`
+/// (page-table entry, then one bulk copy per 64-dim column block). Two warps, so that K and V
+/// each have a warp to issue their copies: a copy's coordinates are per lane, and ptxas issues
+/// the lanes' copies one after another (a loop of lane election, moves to uniform registers and
+/// the copy), which one warp for both K and V could not keep ahead of the consumers. `tiles`: the
+/// block's tile counter; `map`: the K/V tensor map (global address, acquired).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const PW: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    map: u64,
+    tiles: &mut u32,
+    seq: u32,
+    r0: u32,
+    rc: u32,
+    g: u32,
+) {
+    let lane = lane_id();
+    let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
+    let keys = ws_keys(D as u32);
+    let num_tiles = (hi - lo).div_ceil(keys);
+    // K rows of head g at index 2g of a token, V rows at 2g + 1 (the interleaved layout).
+    let k_head = 2 * g as i32;
+    let tile_bytes = keys * D as u32 * 2;
+    // 16-key blocks per tile: lane b < blocks copies block b.
+    let blocks = keys / WS_BLOCK_KEYS;
+    let first_tile = *tiles;
+    *tiles += num_tiles;
+    let block_offset = lane * WS_BLOCK_KEYS * 128;
+    // Copies one K or V tile (`row`: K or V row index of the token) into `tile` on barrier `full`.
+    let copy_tile = #[inline(always)]
+    |tile: u32, row: i32, token: i32, full: u32| {
+        if lane < blocks {
+            unroll::<4>(|c| {
+                if c < D / 64 {
+                    tma::load_3d(tile + c as u32 * keys * 128 + block_offset, map, 64 * c as i32, row, token, full);
+                }
+            });
+        }
+    };
+    for i in 0..num_tiles {
+        let n = first_tile + i;
+        // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
+        // outside the tensor: zeros) for a block on an invalid page or past the keys.
+        let tile_base = lo + i * keys;
+        let j = tile_base + lane * WS_BLOCK_KEYS;
+        let mut token = -(WS_BLOCK_KEYS as i32);
+        if lane < blocks && j < hi {
+            // A plain division (the parameter is read from the constant bank): the producer
+            // runs on few registers, where a multiply-high divider would hold two more.
+            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
+            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
+            if page_is_valid(page, p.total_pages) {
+                // < 2^31: total_pages * page_size is checked on the host.
+                token = (page as u32 * p.page_size + in_page) as i32;
+            }
+        }
+        if VALUES {
+            let slot = RingSlot::v_of(n);
+            let v_full = smem.full_v(slot.stage);
+            barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
+            if lane == 0 {
+                barrier::arrive_expect_tx(v_full, tile_bytes);
+            }
+            // The copies complete on the barrier once lane 0 has announced their bytes.
+            sync_warp();
+            copy_tile(smem.v(slot.stage), k_head + 1, token, v_full);
+        } else {
+            let slot = RingSlot::k_of(n);
+            // Bit b: block b is on a valid page (and starts before the item's end).
+            let valid_blocks = warp_ballot(token >= 0);
+            let k_full = smem.full_k(slot.stage);
+            barrier::wait_parity(smem.empty_k(slot.stage), slot.parity ^ 1);
+            if lane == 0 {
+                // Key k of the tile is present when its block is valid and k is before the
+                // item's end. Lane 0 writes the words and its arrival releases them: the
+                // consumers' reads are ordered after the writes by the full barrier alone.
+                let keys = hi - tile_base;
+                unroll::<PW>(|w| {
+                    let blocks = (valid_blocks >> (2 * w)) & 3;
+                    let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
+                    *smem.presence(slot.stage).add(w) = spread & keys_below(keys, 32 * w as u32);
+                });
+                barrier::arrive_expect_tx(k_full, tile_bytes);
+            }
+            sync_warp();
+            copy_tile(smem.k(slot.stage), k_head, token, k_full);
+        }
+    }
+}
+
+/// The Q loaders' part of one item (the producer warpgroup's warps 2 and 3, `loader` 0..64): once the
+/// item's Q slot is empty, both consumers' 64 M rows into their tiles, laid out as K is (64-dim
+/// column blocks of 128-byte rows, swizzled), rows past the item zero-filled; then each loader
+/// waits for its copies, makes them visible to the tensor cores' async proxy and arrives on the
+/// slot's full barrier. `items`: the block's count of sequence items.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn load_q_item<Q, const D: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    loader: u32,
+    items: &mut u32,
+    r0: u32,
+    rc: u32,
+    g: u32,
+) {
+    let slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    *items += 1;
+    let group = p.num_q_heads / p.num_kv_heads;
+    let nq = p.num_q_heads as usize;
+    let row_chunks = D as u32 / 8;
+    let no_hint = CopyHint { prefetch_256: false };
+    barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
+    let mut c = loader;
+    while c < 2 * CONSUMER_M * row_chunks {
+        // M row `m` (of the item's 128) and its 16-byte chunk; consumer m / 64 holds it.
+        let (m, chunk) = (c / row_chunks, c % row_chunks);
+        let (r, h) = (m / group, g * group + m % group);
+        let src =
+            if r < rc { ptr.q.add(((r0 + r) as usize * nq + h as usize) * D + chunk as usize * 8) } else { ptr.q };
+        let tile = smem.q(slot.stage, m / CONSUMER_M);
+        let dst = tile + (chunk / 8) * CONSUMER_M * 128 + wgmma::swizzled_128b_offset(m % CONSUMER_M, chunk % 8);
+        cp_async_16(dst, src as *const u8, r < rc, no_hint);
+        c += Q_LOADERS;
+    }
+    commit_group();
+    wait_all();
+    // The tile is read by `wgmma` (the async proxy): order the copies' writes before it.
+    wgmma::fence_proxy_async_shared();
+    barrier::arrive(smem.full_q(slot.stage));
+}
+
+/// The Q loaders' part of one item where a consumer's 64 M rows are one box of the Q tensor map
+/// `map` ([`ws_q_by_tma`]; one thread of the loaders calls it): once the item's Q slot is empty,
+/// announce both tiles' bytes on the slot's full barrier and copy, per consumer and 64-dim column
+/// block, the box of its `64 / group` tokens' `group` heads, in the 128-byte swizzle that
+/// [`load_q_item`] writes by hand. Rows past the item load other tokens' queries (or zeros past
+/// the tensor): the consumers never store those rows. `items`: the thread's count of sequence
+/// items.
+#[inline(always)]
+pub(super) unsafe fn load_q_item_tma<const D: usize>(
+    p: &RpaParams,
+    smem: SharedLayout,
+    map: u64,
+    items: &mut u32,
+    r0: u32,
+    g: u32,
+) {
+    let slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    *items += 1;
+    let group = p.num_q_heads / p.num_kv_heads;
+    barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
+    let full = smem.full_q(slot.stage);
+    barrier::arrive_expect_tx(full, 2 * q_tile_bytes(D as u32));
+    unroll::<2>(|c| {
+        // < 2^31: max_tokens is validated on the host.
+        let token = (r0 + c as u32 * (CONSUMER_M / group)) as i32;
+        unroll::<4>(|j| {
+            if j < D / 64 {
+                let dst = smem.q(slot.stage, c as u32) + j as u32 * CONSUMER_M * 128;
+                tma::load_3d(dst, map, 64 * j as i32, (g * group) as i32, token, full);
+            }
+        });
+    });
+}
