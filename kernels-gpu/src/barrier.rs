@@ -189,3 +189,47 @@ pub unsafe fn arrive_named<const ID: u32>(threads: u32) {
         crate::gpu_only!("barrier::arrive_named")
     }
 }
+
+/// Every named barrier id (the `id` of `bar.sync` / `bar.arrive`, 0-15) the kernels use, in one
+/// table. Ids are a thread block's own, so only the roles that can share a block must not
+/// overlap; the assertions below check that at compile time.
+pub mod ids {
+    use core::ops::Range;
+
+    /// Id 0: the whole block (`bar.sync 0`, [`crate::thread::sync_threads`]; a block-wide vote).
+    pub const BLOCK: Range<u32> = 0..1;
+    /// The pipelined decode kernel at head_dim 256: one per pair of warps sharing a 16-key group
+    /// (`1 + key group`).
+    pub const DECODE_KEY_PAIRS: Range<u32> = 1..3;
+    /// The warp-specialized prefill's consumers taking turns to issue their products
+    /// (FlashAttention 3's ping-pong): consumer `c` waits on `3 + c`, the other arrives on it.
+    pub const WS_PINGPONG: Range<u32> = 3..5;
+    /// The warp-specialized prefill's epilogue: consumer `c`'s warpgroup alone, `5 + c`.
+    pub const WS_EPILOGUE: Range<u32> = 5..7;
+    /// A mixed batch's decode blocks: each of the block's three 128-thread groups has its own
+    /// (`4 + group`). A mix block runs decode groups or the tile role, never both.
+    pub const MIX_DECODE_GROUPS: Range<u32> = 4..7;
+
+    const fn disjoint(sets: &[Range<u32>]) -> bool {
+        let mut i = 0;
+        while i < sets.len() {
+            if sets[i].end > 16 || sets[i].start >= sets[i].end {
+                return false;
+            }
+            let mut j = i + 1;
+            while j < sets.len() {
+                if sets[i].start < sets[j].end && sets[j].start < sets[i].end {
+                    return false;
+                }
+                j += 1;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    // The roles that share a block.
+    const _: () = assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE]), "a warp-specialized prefill block");
+    const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS]), "a pipelined decode block");
+    const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS, MIX_DECODE_GROUPS]), "a mix's decode block");
+}

@@ -10,7 +10,7 @@
 //! before it (their rows are disjoint) but for words published under the call's tag (the decode
 //! kernel's first block says the inputs are written, the tile kernel's block 0 publishes the
 //! plan), and waits for the decode kernel only before it ends
-//! (`paged_attention_tiled_ws::plan_or_wait`).
+//! (`prefill::hopper::scheduler::plan_or_wait`).
 //!
 //! Both are no-ops for a kernel launched without the attribute, and compile to nothing in images
 //! built without `xgk_sm90` (the portable sm_80 image), so kernels call them unconditionally.

@@ -33,6 +33,7 @@ pub mod kernels;
 pub mod math;
 pub mod mma;
 pub mod num;
+pub mod pipeline;
 pub mod shared;
 pub mod thread;
 pub mod tma;

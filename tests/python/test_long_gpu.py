@@ -1,7 +1,7 @@
 """Long contexts on the GPU against an independent reference (issue 50): 32k- and 128k-key rows,
 checked on sampled rows (first, middle and last row of every sequence) against
 `rpa_cases.dense_reference` - float64 numpy written from the contract's text, sharing no code with
-the library (not kernels-gpu/src/attention.rs, not the host's parameter packing) - under the
+the library (not kernels-gpu/src/attention/, not the host's parameter packing) - under the
 row tolerance. Every split and merge kind is forced by its setting (merge kernels by split count,
 loop and group merge kernels, the pipelined kernel's in-kernel merge blocks, the cluster merge),
 the key-rows and heads-as-rows layouts, fp8 KV, head dims 64/128/256, the tile kernels, and the

@@ -78,7 +78,7 @@ pub struct RpaParams {
     /// `merge_blocks`: the grid's merge blocks wait for the splits of each (row, head chunk) at
     /// an 8-byte counter, after the partials ([`split_counters_offset`]); 0 there: a merge kernel
     /// or a cluster merges. The warp-specialized tile kernel's blocks build its plan
-    /// in the kernel under it (`paged_attention_tiled_ws::plan_or_wait`); with a mixed batch's
+    /// in the kernel under it (`prefill::hopper::scheduler::plan_or_wait`); with a mixed batch's
     /// decode rows apart, the decode kernel publishes the plan header's inputs word under the
     /// tile kernel's tag (`decode_apart` 2), or the planning kernel `rpa_plan_ws` the plan
     /// (`decode_apart` 1; a call's launches share the tag). 0 for the other kernels.

@@ -32,7 +32,7 @@ pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
 /// The warp-specialized kernel's plan state, where its plan is published under a tag (built by its
 /// block 0, or with decode rows apart and one block per pair by `rpa_plan_ws`): an 8-byte word at
 /// words 32 and 33 (byte 128 of the plan, which is 16-byte aligned;
-/// `paged_attention_tiled_ws::plan_or_wait`).
+/// `prefill::hopper::scheduler::plan_or_wait`).
 pub(crate) const PLAN_STATE_WORD: usize = 32;
 
 /// The warp-specialized kernel's count of blocks that are done with the plan.
@@ -43,7 +43,7 @@ pub(crate) const PLAN_BLOCKS_DONE_WORD: usize = 34;
 /// block (0, 0, 0) says, under the call's tag, that it has passed its grid dependency wait (the
 /// kernels before the call, which write its inputs, have completed), so that the tile kernel's
 /// block 0 may read the metadata and plan without waiting for the decode grid
-/// ([`publish_inputs_ready`], `paged_attention_tiled_ws::plan_or_wait`).
+/// ([`publish_inputs_ready`], `prefill::hopper::scheduler::plan_or_wait`).
 pub(crate) const PLAN_INPUTS_READY_WORD: usize = 4;
 
 /// The inputs word's value once the decode kernel has published it under `tag`

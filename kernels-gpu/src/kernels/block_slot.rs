@@ -9,7 +9,7 @@
 //! blocks to a block. The decode code takes its block's indices, barrier and shared memory from a
 //! `BlockSlot`; the other kernels pass [`WholeBlock`], which compiles to what they read before.
 
-use crate::barrier::{sync_named_any, sync_named_id};
+use crate::barrier::{ids, sync_named_any, sync_named_id};
 use crate::shared::dynamic_shared_mem;
 use crate::thread::{block_idx_x, block_idx_y, block_idx_z, sync_threads, thread_idx_x};
 
@@ -70,7 +70,7 @@ impl BlockSlot for WholeBlock {
     #[inline(always)]
     unsafe fn any(self, pred: bool) -> bool {
         // Barrier 0 for the block's threads (`bar.red` needs the count: the block's).
-        sync_named_any(0, crate::thread::block_dim_x(), pred)
+        sync_named_any(ids::BLOCK.start, crate::thread::block_dim_x(), pred)
     }
     #[inline(always)]
     unsafe fn shared<T>(self) -> *mut T {
@@ -81,12 +81,10 @@ impl BlockSlot for WholeBlock {
 /// Threads of one [`GroupSlot`].
 pub(crate) const GROUP_THREADS: u32 = 128;
 
-/// The named barrier of group 0; group `k` has `FIRST_GROUP_BARRIER + k`. Barrier ids are a thread
-/// block's own, and a block of the mix kernel runs one role: the decode groups' ids meet only
-/// barrier 0 (the block's, unused by them) and the pipelined kernel's pair barriers 1 and 2
-/// (head_dim 256, never in a group); the tile role's own named barriers (3-6) are in other
-/// blocks.
-pub(crate) const FIRST_GROUP_BARRIER: u32 = 4;
+/// The named barrier of group 0; group `k` has `FIRST_GROUP_BARRIER + k`
+/// ([`crate::barrier::ids::MIX_DECODE_GROUPS`], checked there against the ids that can share
+/// the block).
+pub(crate) const FIRST_GROUP_BARRIER: u32 = ids::MIX_DECODE_GROUPS.start;
 
 /// Group `group` (threads `128 group .. 128 group + 128` of the block) as a block of its own at
 /// grid position `(x, y, 0)`, with the shared memory at `shared`.

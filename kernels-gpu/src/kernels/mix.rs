@@ -48,6 +48,10 @@ use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WS_THREADS}
 
 /// Decode blocks ([`GroupSlot`]s) per block of the grid.
 pub const MIX_GROUPS: u32 = WS_THREADS / GROUP_THREADS;
+const _: () = assert!(
+    MIX_GROUPS == crate::barrier::ids::MIX_DECODE_GROUPS.end - crate::barrier::ids::MIX_DECODE_GROUPS.start,
+    "a named barrier per decode group"
+);
 
 /// K/V stages of a decode block in the mix kernel (the host passes it as the decode parameters'
 /// `pipe_stages`): [`MIX_GROUPS`] of them fit the tile kernel's shared memory at both head dims.

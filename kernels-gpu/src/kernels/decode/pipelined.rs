@@ -33,7 +33,7 @@
 //!   the reference's own bf16 rounding, see the GPU tests).
 
 use crate::attention::{clamp_num_seqs, is_apart_decode, page_is_valid, RpaParams, DECODE_APART_ONE_LAUNCH};
-use crate::barrier::sync_named_id;
+use crate::barrier::{ids, sync_named_id};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group_dyn, CopyHint};
 use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
@@ -360,7 +360,7 @@ impl TablePreload {
 /// no row belongs to `i`). One round trip to memory: the four loads are independent (volatile,
 /// issued together, as in [`resolve_block`]). The tile plan is not read: where `cu_q_lens`
 /// decreases somewhere (the plan's fallback) the tile kernel writes every row, this kernel's
-/// after it (it waits for this grid first, `paged_attention_tiled_ws::plan_or_wait`); in one
+/// after it (it waits for this grid first, `prefill::hopper::scheduler::plan_or_wait`); in one
 /// launch with the tile kernel ([`DECODE_APART_ONE_LAUNCH`], a group of a shared block) nothing
 /// orders the two, so the block scans `cu_q_lens` itself (its loads beside the row's, a vote at
 /// the group's barrier) and stands down there.
@@ -565,7 +565,7 @@ pub(crate) unsafe fn rpa_pipelined_on<
             sync_warp();
         } else {
             // Named barriers 1 and 2, one per pair, in one instruction (the id in a register).
-            sync_named_id(1 + key_group, WARP_SIZE * DSPLIT as u32);
+            sync_named_id(ids::DECODE_KEY_PAIRS.start + key_group, WARP_SIZE * DSPLIT as u32);
         }
     };
     // `per_token` threads share a token of a tile's copies: `part0` is this thread's first chunk

@@ -2,6 +2,7 @@
 //! mixed batch's decode rows run apart, the tile kernel (or the mix kernel, both in one grid).
 
 use kernels_gpu::attention::planner::{PLAN_SHARED_BYTES, PLAN_THREADS};
+use kernels_gpu::kernels::prefill::hopper::scheduler::ws_grid_blocks;
 use kernels_gpu::tma::TensorMapImage;
 
 use super::super::params::tile_params;
@@ -106,11 +107,7 @@ pub(super) unsafe fn launch_tiled(
 
 /// The tile kernel's grid (x, y). The mma.sync and wgmma tile kernels: one block per (plan item,
 /// KV head), surplus blocks exiting at once. The warp-specialized kernel walks (item, KV head)
-/// pairs in one grid row (`paged_attention_tiled_ws::for_each_pair`): one block per pair, or with
-/// `persistent` as many blocks as there are multiprocessors (one block fits on each) when there
-/// are more pairs. Persistent blocks need not restart per item (block launch, barrier setup),
-/// their producer loads the next item's Q and first tiles under the consumers' last tiles and
-/// epilogue, and every multiprocessor works to the end (no tail of a partly filled wave).
+/// pairs in one grid row; its scheduler sizes the row (`ws_grid_blocks`).
 fn tile_grid(module: &ContextModule, spec: &PagedAttention, t: &TiledPlan, persistent: bool) -> (u32, u32) {
     let heads = spec.num_kv_heads.max(1);
     if !t.warp_specialized {
@@ -118,6 +115,5 @@ fn tile_grid(module: &ContextModule, spec: &PagedAttention, t: &TiledPlan, persi
     }
     // < 2^32 / 3 (`ws_work_indices_fit`).
     let pairs = (t.capacity * heads as u64) as u32;
-    let blocks = module.multiprocessors.max(1);
-    (if persistent { pairs.min(blocks) } else { pairs }, 1)
+    (ws_grid_blocks(pairs, module.multiprocessors, persistent), 1)
 }

@@ -2,14 +2,14 @@
 //! FlashAttention 3's order, with the ping-pong between the two consumers.
 
 use super::epilogue::{store_rows_staged, store_rows_tma};
-use super::layout::{RingSlot, SharedLayout};
+use super::layout::SharedLayout;
 use super::producer::item_keys;
 use super::{ws_keys, ws_q_slots, CONSUMER_M, WARPGROUP};
 use crate::attention::mask::mask_logits;
 use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
 use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitScale};
 use crate::attention::RpaParams;
-use crate::barrier;
+use crate::barrier::{self, ids};
 use crate::kernels::prefill::tiled::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
 use crate::kernels::unroll;
 use crate::mma::MmaElement;
@@ -76,10 +76,11 @@ pub(super) unsafe fn consume_item<
     let (m_rows, rows) = item.warp_rows(c_base + warp * 16, group);
 
     // Q: this consumer's 64 M rows, loaded by the producer's Q loaders (`load_q_item`).
-    let q_slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    let (q_ring, k_ring, v_ring) = (smem.q_ring(), smem.k_ring(), smem.v_ring());
+    let q_stage = q_ring.stage(*items);
     *items += 1;
-    let q_tile = smem.q(q_slot.stage, consumer);
-    barrier::wait_parity(smem.full_q(q_slot.stage), q_slot.parity);
+    let q_tile = smem.q(q_stage.index, consumer);
+    q_ring.wait(q_stage);
     let q_desc = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
 
     let logit = LogitScale::new(p, true);
@@ -90,8 +91,8 @@ pub(super) unsafe fn consume_item<
     // intervals that grow with the row); the others are waited for and released unread.
     let first_tile = *tiles;
     *tiles += num_tiles;
-    let k_slot = |i: u32| RingSlot::k_of(first_tile + i);
-    let v_slot = |i: u32| RingSlot::v_of(first_tile + i);
+    let k_slot = |i: u32| k_ring.stage(first_tile + i);
+    let v_slot = |i: u32| v_ring.stage(first_tile + i);
     let tile_base = |i: u32| lo + i * keys;
     let (ia, ib) = if c_lo < c_hi {
         let ia = (c_lo.max(lo) - lo) / keys;
@@ -102,10 +103,10 @@ pub(super) unsafe fn consume_item<
     let skip = #[inline(always)]
     |i: u32| {
         let (k, v) = (k_slot(i), v_slot(i));
-        barrier::wait_parity(smem.full_k(k.stage), k.parity);
-        barrier::arrive(smem.empty_k(k.stage));
-        barrier::wait_parity(smem.full_v(v.stage), v.parity);
-        barrier::arrive(smem.empty_v(v.stage));
+        k_ring.wait(k);
+        k_ring.release(k);
+        v_ring.wait(v);
+        v_ring.release(v);
     };
     // Ping-pong (`p.consumer_schedule` 1): the consumers take turns to issue their products, so
     // the tensor cores run one consumer's S and P V while the other computes its softmax, and
@@ -119,9 +120,9 @@ pub(super) unsafe fn consume_item<
     || {
         if pingpong {
             if consumer == 0 {
-                barrier::sync_named::<3>(2 * WARPGROUP)
+                barrier::sync_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP)
             } else {
-                barrier::sync_named::<4>(2 * WARPGROUP)
+                barrier::sync_named::<{ ids::WS_PINGPONG.start + 1 }>(2 * WARPGROUP)
             }
         }
     };
@@ -129,9 +130,9 @@ pub(super) unsafe fn consume_item<
     || {
         if pingpong {
             if consumer == 0 {
-                barrier::arrive_named::<4>(2 * WARPGROUP)
+                barrier::arrive_named::<{ ids::WS_PINGPONG.start + 1 }>(2 * WARPGROUP)
             } else {
-                barrier::arrive_named::<3>(2 * WARPGROUP)
+                barrier::arrive_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP)
             }
         }
     };
@@ -143,8 +144,7 @@ pub(super) unsafe fn consume_item<
     // S = Q Kᵀ of tile i issued (the tensor cores run it while the warps go on).
     let wait_k = #[inline(always)]
     |i: u32| {
-        let t = k_slot(i);
-        barrier::wait_parity(smem.full_k(t.stage), t.parity);
+        k_ring.wait(k_slot(i));
     };
     let issue_s = #[inline(always)]
     |i: u32, s: &mut [[f32; 4]; KN]| {
@@ -152,7 +152,7 @@ pub(super) unsafe fn consume_item<
         keep_s(s);
         wgmma::fence();
         // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
-        let k_desc = wgmma::descriptor(smem.k(t.stage), 16, 8 * 128, wgmma::Swizzle::Bytes128);
+        let k_desc = wgmma::descriptor(smem.k(t.index), 16, 8 * 128, wgmma::Swizzle::Bytes128);
         let q_desc = wgmma::recompute_here(q_desc);
         unroll::<KSTEPS>(|k| {
             let step = (k as u32 % 4) * 32;
@@ -170,11 +170,11 @@ pub(super) unsafe fn consume_item<
     // packed into P by the caller once no wgmma is in flight); returns the rescale O still needs.
     let softmax = #[inline(always)]
     |i: u32, s: &mut [[f32; 4]; KN], m: &mut [f32; 2], l: &mut [f32; 2]| {
-        let presence = smem.presence(k_slot(i).stage);
+        let presence = smem.presence(k_slot(i).index);
         let mut present = [0u32; PW];
         unroll::<PW>(|w| present[w] = *presence.add(w));
         // K is read: the producer may refill its stage.
-        barrier::arrive(smem.empty_k(k_slot(i).stage));
+        k_ring.release(k_slot(i));
         mask_logits(s, tile_base(i), present, &rows, &logit, p);
         online_softmax_weights_f32::<KN>(s, logit.exp_scale, m, l)
     };
@@ -200,10 +200,10 @@ pub(super) unsafe fn consume_item<
         let mut s = [[0.0f32; 4]; KN];
         let prev = v_slot(i - 1);
         wait_k(i);
-        barrier::wait_parity(smem.full_v(prev.stage), prev.parity);
+        v_ring.wait(prev);
         turn_begin();
         issue_s(i, &mut s);
-        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(prev.stage));
+        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
         turn_end();
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
@@ -213,19 +213,19 @@ pub(super) unsafe fn consume_item<
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);
-        barrier::arrive(smem.empty_v(prev.stage));
+        v_ring.release(prev);
         rescale.apply(&mut o);
         pack_weights::<Q, KN, KSP>(&s, &mut pa);
         i += 1;
     }
     if ia < ib {
         let last = v_slot(ib - 1);
-        barrier::wait_parity(smem.full_v(last.stage), last.parity);
-        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(last.stage));
+        v_ring.wait(last);
+        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(last.index));
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);
-        barrier::arrive(smem.empty_v(last.stage));
+        v_ring.release(last);
     }
     for i in ib..num_tiles {
         skip(i);
@@ -248,11 +248,11 @@ pub(super) unsafe fn consume_item<
         // The loaders may refill the tile with bulk copies (the async proxy): order this warp's
         // writes and reads of it before them.
         wgmma::fence_proxy_async_shared();
-        barrier::arrive(smem.empty_q(q_slot.stage));
+        q_ring.release(q_stage);
     } else {
         // One Q slot at head_dim 256: release it first, so the next item's Q loads under the
         // stores.
-        barrier::arrive(smem.empty_q(q_slot.stage));
+        q_ring.release(q_stage);
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
     }
 }

@@ -5,7 +5,7 @@ use super::{CONSUMER_M, WARPGROUP};
 use crate::attention::planner::TiledPointers;
 use crate::attention::softmax::quad_sum;
 use crate::attention::RpaParams;
-use crate::barrier;
+use crate::barrier::{self, ids};
 use crate::kernels::unroll;
 use crate::math::inverse_or_zero;
 use crate::mma::{stmatrix_x4, MmaElement};
@@ -77,7 +77,7 @@ pub(super) unsafe fn store_rows_tma<Q: MmaElement, const D: usize, const NTILES:
     stage_rows::<Q, NTILES, PAIRS>(l, o, |row, chunk| chunk_at(warp * 16 + row, chunk));
     // The tile's generic writes, visible to the bulk copies (the async proxy) after the barrier.
     wgmma::fence_proxy_async_shared();
-    barrier::sync_named_id(5 + consumer, WARPGROUP);
+    barrier::sync_named_id(ids::WS_EPILOGUE.start + consumer, WARPGROUP);
     if wtid == 0 {
         unroll::<4>(|j| {
             if j < D / 64 {

@@ -1,5 +1,7 @@
-//! The block's shared memory: where each buffer and mbarrier lives ([`SharedLayout`]), and
-//! a position in a ring of stages ([`RingSlot`]).
+//! The block's shared memory: where each buffer lives, and its four mbarrier rings
+//! ([`SharedLayout`]).
+
+use crate::pipeline::MbarrierRing;
 
 use super::{ws_keys, ws_q_slots, BARRIERS, CONSUMER_M, KV_STAGES, MAX_Q_SLOTS, SCHED_SLOTS, WS_K_STAGES, WS_V_STAGES};
 
@@ -38,29 +40,30 @@ impl SharedLayout {
     pub(super) fn barriers(&self) -> u32 {
         self.k(KV_STAGES)
     }
-    pub(super) fn full_k(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * stage
+    // The mbarriers: full K, full V, empty K, empty V, full Q, empty Q, full schedule, empty
+    // schedule, each ring's barriers consecutive.
+    /// The K tiles' ring ([`WS_K_STAGES`] stages).
+    pub(super) fn k_ring(&self) -> MbarrierRing {
+        MbarrierRing::new(self.barriers(), self.barriers() + 8 * KV_STAGES, WS_K_STAGES)
     }
-    pub(super) fn full_v(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * (WS_K_STAGES + stage)
+    /// The V tiles' ring ([`WS_V_STAGES`] stages).
+    pub(super) fn v_ring(&self) -> MbarrierRing {
+        MbarrierRing::new(
+            self.barriers() + 8 * WS_K_STAGES,
+            self.barriers() + 8 * (KV_STAGES + WS_K_STAGES),
+            WS_V_STAGES,
+        )
     }
-    pub(super) fn empty_k(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * (KV_STAGES + stage)
+    /// The Q tiles' ring: one stage per item, [`ws_q_slots`] of them (barriers for
+    /// [`MAX_Q_SLOTS`]).
+    pub(super) fn q_ring(&self) -> MbarrierRing {
+        let full = self.barriers() + 8 * 2 * KV_STAGES;
+        MbarrierRing::new(full, full + 8 * MAX_Q_SLOTS, ws_q_slots(self.head_dim))
     }
-    pub(super) fn empty_v(&self, stage: u32) -> u32 {
-        self.barriers() + 8 * (KV_STAGES + WS_K_STAGES + stage)
-    }
-    pub(super) fn full_q(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + slot)
-    }
-    pub(super) fn empty_q(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + MAX_Q_SLOTS + slot)
-    }
-    pub(super) fn full_sched(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + 2 * MAX_Q_SLOTS + slot)
-    }
-    pub(super) fn empty_sched(&self, slot: u32) -> u32 {
-        self.barriers() + 8 * (2 * KV_STAGES + 2 * MAX_Q_SLOTS + SCHED_SLOTS + slot)
+    /// The schedule ring of dynamic pairs ([`SCHED_SLOTS`] stages, one pair index each).
+    pub(super) fn sched_ring(&self) -> MbarrierRing {
+        let full = self.barriers() + 8 * (2 * KV_STAGES + 2 * MAX_Q_SLOTS);
+        MbarrierRing::new(full, full + 8 * SCHED_SLOTS, SCHED_SLOTS)
     }
     /// The pair index in schedule slot `slot`.
     pub(super) fn sched(&self, slot: u32) -> *mut u32 {
@@ -74,37 +77,5 @@ impl SharedLayout {
         let offset = self.barriers() - self.base + 8 * BARRIERS + stage * 4 * self.presence_words();
         // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
         unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
-    }
-}
-
-/// A position in a ring: the block's `n`-th use of a ring of S slots (for K and V: its `n`-th
-/// tile, counted across its items) takes slot `n % S` in round `n / S`, whose full phase has
-/// parity `round & 1`.
-#[derive(Clone, Copy)]
-pub(super) struct RingSlot {
-    pub(super) stage: u32,
-    pub(super) parity: u32,
-}
-
-impl RingSlot {
-    pub(super) const fn in_ring(n: u32, slots: u32) -> Self {
-        RingSlot { stage: n % slots, parity: (n / slots) & 1 }
-    }
-    /// The K ring's stage of the block's `n`-th tile.
-    pub(super) fn k_of(n: u32) -> Self {
-        Self::in_ring(n, WS_K_STAGES)
-    }
-    /// The V ring's stage of the block's `n`-th tile.
-    pub(super) fn v_of(n: u32) -> Self {
-        Self::in_ring(n, WS_V_STAGES)
-    }
-    /// The Q ring's slot of the block's `n`-th item (of a sequence: zero-fill items take none)
-    /// in a ring of `slots`.
-    pub(super) fn q_of(n: u32, slots: u32) -> Self {
-        Self::in_ring(n, slots)
-    }
-    /// The schedule ring's slot of the block's `n`-th pair.
-    pub(super) fn sched_of(n: u32) -> Self {
-        Self::in_ring(n, SCHED_SLOTS)
     }
 }

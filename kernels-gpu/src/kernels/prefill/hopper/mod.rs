@@ -57,10 +57,10 @@ mod consumer;
 mod epilogue;
 mod layout;
 mod producer;
-pub(crate) mod scheduler;
+pub mod scheduler;
 
 use crate::attention::RpaParams;
-use crate::barrier;
+use crate::barrier::{self, ids};
 use crate::kernel;
 use crate::mma::MmaElement;
 use crate::num::Bf16;
@@ -252,22 +252,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
     let smem = SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32 };
     let tid = thread_idx_x();
     if tid == 0 {
-        for stage in 0..WS_K_STAGES {
-            barrier::init(smem.full_k(stage), FULL_ARRIVALS);
-            barrier::init(smem.empty_k(stage), EMPTY_ARRIVALS);
-        }
-        for stage in 0..WS_V_STAGES {
-            barrier::init(smem.full_v(stage), FULL_ARRIVALS);
-            barrier::init(smem.empty_v(stage), EMPTY_ARRIVALS);
-        }
-        for slot in 0..MAX_Q_SLOTS {
-            barrier::init(smem.full_q(slot), if q_by_tma { 1 } else { Q_LOADERS });
-            barrier::init(smem.empty_q(slot), EMPTY_ARRIVALS);
-        }
-        for slot in 0..SCHED_SLOTS {
-            barrier::init(smem.full_sched(slot), 1);
-            barrier::init(smem.empty_sched(slot), WS_THREADS);
-        }
+        smem.k_ring().init(FULL_ARRIVALS, EMPTY_ARRIVALS);
+        smem.v_ring().init(FULL_ARRIVALS, EMPTY_ARRIVALS);
+        smem.q_ring().init(if q_by_tma { 1 } else { Q_LOADERS }, EMPTY_ARRIVALS);
+        smem.sched_ring().init(1, WS_THREADS);
     }
     if tagged_plan {
         // (Its block barriers order the mbarriers' initialization before their use too.)
@@ -368,7 +356,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
         // Ping-pong turns (see `consume_item`): consumer 0 goes first.
         let pingpong = p.consumer_schedule != 0;
         if pingpong && consumer == 1 {
-            barrier::arrive_named::<3>(2 * WARPGROUP);
+            barrier::arrive_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP);
         }
         for_each_pair(
             &ptr,
@@ -388,7 +376,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
         }
         // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
         if pingpong && consumer == 0 {
-            barrier::sync_named::<3>(2 * WARPGROUP);
+            barrier::sync_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP);
         }
     }
     if tagged_plan {
@@ -512,20 +500,5 @@ mod tests {
         const { assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168) };
         const { assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8)) };
         assert_eq!(WS_THREADS, 3 * WARPGROUP);
-    }
-
-    #[test]
-    fn ring_slots_alternate_parity_per_round() {
-        for (slots, of) in [(WS_K_STAGES, RingSlot::k_of as fn(u32) -> RingSlot), (WS_V_STAGES, RingSlot::v_of)] {
-            let at = |n: u32| {
-                let s = of(n);
-                (s.stage, s.parity)
-            };
-            assert_eq!(at(0), (0, 0));
-            assert_eq!(at(slots - 1), (slots - 1, 0));
-            assert_eq!(at(slots), (0, 1));
-            assert_eq!(at(2 * slots), (0, 0));
-            assert_eq!(at(2 * slots - 1), (slots - 1, 1));
-        }
     }
 }

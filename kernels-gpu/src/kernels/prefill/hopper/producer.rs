@@ -1,11 +1,10 @@
 //! The producer warpgroup: K and V tiles by TMA into their rings, with the tiles' key presence
 //! (warps 0 and 1), and each item's Q tile (warps 2 and 3).
 
-use super::layout::{q_tile_bytes, RingSlot, SharedLayout};
-use super::{ws_keys, ws_q_slots, CONSUMER_M, Q_LOADERS, WS_BLOCK_KEYS};
+use super::layout::{q_tile_bytes, SharedLayout};
+use super::{ws_keys, CONSUMER_M, Q_LOADERS, WS_BLOCK_KEYS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::{page_is_valid, RpaParams};
-use crate::barrier;
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
 use crate::kernels::prefill::tiled::ItemRows;
 use crate::kernels::unroll;
@@ -94,21 +93,21 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
             }
         }
         if VALUES {
-            let slot = RingSlot::v_of(n);
-            let v_full = smem.full_v(slot.stage);
-            barrier::wait_parity(smem.empty_v(slot.stage), slot.parity ^ 1);
+            let ring = smem.v_ring();
+            let stage = ring.stage(n);
+            ring.acquire(stage);
             if lane == 0 {
-                barrier::arrive_expect_tx(v_full, tile_bytes);
+                ring.commit_bytes(stage, tile_bytes);
             }
             // The copies complete on the barrier once lane 0 has announced their bytes.
             sync_warp();
-            copy_tile(smem.v(slot.stage), k_head + 1, token, v_full);
+            copy_tile(smem.v(stage.index), k_head + 1, token, ring.full_barrier(stage));
         } else {
-            let slot = RingSlot::k_of(n);
+            let ring = smem.k_ring();
+            let stage = ring.stage(n);
             // Bit b: block b is on a valid page (and starts before the item's end).
             let valid_blocks = warp_ballot(token >= 0);
-            let k_full = smem.full_k(slot.stage);
-            barrier::wait_parity(smem.empty_k(slot.stage), slot.parity ^ 1);
+            ring.acquire(stage);
             if lane == 0 {
                 // Key k of the tile is present when its block is valid and k is before the
                 // item's end. Lane 0 writes the words and its arrival releases them: the
@@ -117,12 +116,12 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
                 unroll::<PW>(|w| {
                     let blocks = (valid_blocks >> (2 * w)) & 3;
                     let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
-                    *smem.presence(slot.stage).add(w) = spread & keys_below(keys, 32 * w as u32);
+                    *smem.presence(stage.index).add(w) = spread & keys_below(keys, 32 * w as u32);
                 });
-                barrier::arrive_expect_tx(k_full, tile_bytes);
+                ring.commit_bytes(stage, tile_bytes);
             }
             sync_warp();
-            copy_tile(smem.k(slot.stage), k_head, token, k_full);
+            copy_tile(smem.k(stage.index), k_head, token, ring.full_barrier(stage));
         }
     }
 }
@@ -144,13 +143,14 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
     rc: u32,
     g: u32,
 ) {
-    let slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    let ring = smem.q_ring();
+    let stage = ring.stage(*items);
     *items += 1;
     let group = p.num_q_heads / p.num_kv_heads;
     let nq = p.num_q_heads as usize;
     let row_chunks = D as u32 / 8;
     let no_hint = CopyHint { prefetch_256: false };
-    barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
+    ring.acquire(stage);
     let mut c = loader;
     while c < 2 * CONSUMER_M * row_chunks {
         // M row `m` (of the item's 128) and its 16-byte chunk; consumer m / 64 holds it.
@@ -158,7 +158,7 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
         let (r, h) = (m / group, g * group + m % group);
         let src =
             if r < rc { ptr.q.add(((r0 + r) as usize * nq + h as usize) * D + chunk as usize * 8) } else { ptr.q };
-        let tile = smem.q(slot.stage, m / CONSUMER_M);
+        let tile = smem.q(stage.index, m / CONSUMER_M);
         let dst = tile + (chunk / 8) * CONSUMER_M * 128 + wgmma::swizzled_128b_offset(m % CONSUMER_M, chunk % 8);
         cp_async_16(dst, src as *const u8, r < rc, no_hint);
         c += Q_LOADERS;
@@ -167,7 +167,7 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
     wait_all();
     // The tile is read by `wgmma` (the async proxy): order the copies' writes before it.
     wgmma::fence_proxy_async_shared();
-    barrier::arrive(smem.full_q(slot.stage));
+    ring.commit(stage);
 }
 
 /// The Q loaders' part of one item where a consumer's 64 M rows are one box of the Q tensor map
@@ -186,18 +186,19 @@ pub(super) unsafe fn load_q_item_tma<const D: usize>(
     r0: u32,
     g: u32,
 ) {
-    let slot = RingSlot::q_of(*items, ws_q_slots(D as u32));
+    let ring = smem.q_ring();
+    let stage = ring.stage(*items);
     *items += 1;
     let group = p.num_q_heads / p.num_kv_heads;
-    barrier::wait_parity(smem.empty_q(slot.stage), slot.parity ^ 1);
-    let full = smem.full_q(slot.stage);
-    barrier::arrive_expect_tx(full, 2 * q_tile_bytes(D as u32));
+    ring.acquire(stage);
+    let full = ring.full_barrier(stage);
+    ring.commit_bytes(stage, 2 * q_tile_bytes(D as u32));
     unroll::<2>(|c| {
         // < 2^31: max_tokens is validated on the host.
         let token = (r0 + c as u32 * (CONSUMER_M / group)) as i32;
         unroll::<4>(|j| {
             if j < D / 64 {
-                let dst = smem.q(slot.stage, c as u32) + j as u32 * CONSUMER_M * 128;
+                let dst = smem.q(stage.index, c as u32) + j as u32 * CONSUMER_M * 128;
                 tma::load_3d(dst, map, 64 * j as i32, (g * group) as i32, token, full);
             }
         });

@@ -4,14 +4,13 @@
 //! hand-off ([`plan_or_wait`]: block 0 plans while the others wait, or all wait for a published
 //! plan).
 
-use super::layout::{RingSlot, SharedLayout};
+use super::layout::SharedLayout;
 use super::{ws_tensor_map_address, WsMap, WARPGROUP, WS_THREADS};
 use crate::attention::planner::{
     inputs_ready_word, plan_items, PlanView, TiledPointers, PLAN_BLOCKS_DONE_WORD, PLAN_FALLBACK_WORD,
     PLAN_INPUTS_READY_WORD, PLAN_STATE_WORD, PLAN_WORK_COUNTER_WORD,
 };
 use crate::attention::{launch_tagged_word, RpaParams};
-use crate::barrier;
 use crate::gpu_scope;
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
@@ -256,17 +255,18 @@ pub(super) unsafe fn for_each_pair<Q>(
     let mut n = 0u32;
     loop {
         let w = if dynamic {
-            let slot = RingSlot::sched_of(n);
+            let ring = smem.sched_ring();
+            let stage = ring.stage(n);
             if thread_idx_x() == 0 {
-                barrier::wait_parity(smem.empty_sched(slot.stage), slot.parity ^ 1);
+                ring.acquire(stage);
                 // The counter is zeroed with the plan.
                 let counter = AtomicU32::from_ptr(ptr.plan.add(PLAN_WORK_COUNTER_WORD) as *mut u32);
-                *smem.sched(slot.stage) = counter.fetch_add(1, Ordering::Relaxed);
-                barrier::arrive(smem.full_sched(slot.stage));
+                *smem.sched(stage.index) = counter.fetch_add(1, Ordering::Relaxed);
+                ring.commit(stage);
             }
-            barrier::wait_parity(smem.full_sched(slot.stage), slot.parity);
-            let w = *smem.sched(slot.stage);
-            barrier::arrive(smem.empty_sched(slot.stage));
+            ring.wait(stage);
+            let w = *smem.sched(stage.index);
+            ring.release(stage);
             w
         } else {
             n * blocks + if n.is_multiple_of(2) { block } else { blocks - 1 - block }
@@ -274,5 +274,20 @@ pub(super) unsafe fn for_each_pair<Q>(
         let Some((seq, r0, rc)) = plan.item(ptr, p, w / heads) else { break };
         f(seq, r0, rc, w % heads);
         n += 1;
+    }
+}
+
+/// The grid's width (blocks in its one row) for `pairs` (item, KV head) pairs: one block per
+/// pair, or with `persistent` at most one block per multiprocessor (one block fits on each),
+/// [`for_each_pair`] walking each block over its share. Persistent blocks need not restart per
+/// item (block launch, barrier setup), their producer loads the next item's Q and first tiles
+/// under the consumers' last tiles and epilogue, and every multiprocessor works to the end (no
+/// tail of a partly filled wave).
+pub const fn ws_grid_blocks(pairs: u32, multiprocessors: u32, persistent: bool) -> u32 {
+    let blocks = if multiprocessors > 1 { multiprocessors } else { 1 };
+    if persistent && pairs > blocks {
+        blocks
+    } else {
+        pairs
     }
 }
