@@ -216,6 +216,25 @@ def _run(args, devices):
     return done.stdout
 
 
+BAD_TP_PROGRAM = r"""
+import jax, numpy as np
+from jax.sharding import Mesh
+from xla_gpu_kernels.serving import make_step, tiny
+try:
+    make_step(tiny(), mesh=Mesh(np.array(jax.devices()[:4]), ("tp",)))
+except ValueError as e:
+    print("ValueError:", e)
+    assert "use a mesh axis of 1, 2 devices" in str(e) and "num_kv_heads=2" in str(e), e
+else:
+    raise AssertionError("no error")
+"""
+
+
+def test_tensor_parallel_width_that_splits_a_kv_head_is_a_value_error():
+    """4 devices for 2 KV heads: a ValueError naming the widths that work, before any tracing."""
+    _run(["-c", BAD_TP_PROGRAM], 4)
+
+
 def test_tensor_parallel_step_is_megatron_on_two_cpu_devices():
     """TP=2: two all-reduces per layer, no all-gather, one attention call per device on its heads."""
     _run(["-c", TP_PROGRAM], 2)
@@ -315,7 +334,17 @@ def test_serving_benchmark_backends_agree_on_cpu():
     sys.modules[spec.name] = bench  # (dataclasses look their module up)
     spec.loader.exec_module(bench)
 
-    assert bench.Layout.parse("mixed:6x64+1x32") == bench.Layout("mixed:6x64+1x32", 6, 64, 1, 32)
+    assert bench.Layout.parse("mixed:6x64+1x32") == bench.Layout("mixed:6x64+1x32", 6, 64, 1, 32, 32)
+    assert bench.Layout.parse("prefill:4x16@48") == bench.Layout("prefill:4x16@48", 0, 0, 4, 16, 48)
+    # A cache cap below the layout's pages: context pages shared, the pages the step writes private.
+    rng = np.random.default_rng(0)
+    layout = bench.Layout.parse("mixed:6x64+2x16@48")
+    batch, num_pages, shared = bench.make_batch(layout, 16, rng, max_pages=12)
+    assert num_pages == 12 and shared > 0
+    written = set(np.asarray(batch.write_pages).tolist())
+    assert len(written) == 6 + 2 * 1  # each decode row's last page, each chunk's one page: all distinct
+    context = {int(p) for s, n in enumerate([4] * 6 + [3] * 2) for p in np.asarray(batch.page_indices)[s, :n]}
+    assert context - written and all(p < num_pages for p in context)
     result = bench.main(["--cases", "mixed:3x32+1x16", "--iters", "1"])
     got = {r["backend"]: r for r in result["rows"]}
     assert set(got) == {"ours", "pallas+cudnn", "xla", "no-attn"}

@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .cache import PageAllocator, cache_sharding, init_cache, pages_needed
-from .model import Config, forward_paged, param_shardings
+from .model import Config, check_tensor_parallel, forward_paged, param_shardings
 
 __all__ = ["Batch", "make_step", "Request", "Engine", "StepInfo"]
 
@@ -57,6 +57,8 @@ def make_step(cfg: Config, attention: Callable | None = None, *, attend: Callabl
     the caches keep their sharding. ``jit_kwargs`` go to ``jax.jit``."""
     if mesh is not None:
         from .. import sharding as _sh  # noqa: PLC0415
+
+        check_tensor_parallel(cfg, mesh.shape[axis], axis)
 
         attention = attention or (None if attend else _sh.ragged_paged_attention)
         if attend is None:  # our cache layout; a custom backend brings its own out_shardings

@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import jax as _xk
 
-__all__ = ["Config", "llama3_8b", "llama3_70b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged",
+__all__ = ["Config", "check_tensor_parallel", "llama3_8b", "llama3_70b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged",
            "paged_attend", "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
 
 
@@ -140,15 +140,23 @@ def init_params(cfg: Config, seed: int = 0, shardings: Any = None) -> dict:
     return {**top, "layers": layers}
 
 
+def check_tensor_parallel(cfg: Config, n: int, axis: str = "tp") -> None:
+    """Raises ``ValueError`` naming the widths that work unless ``n`` devices on mesh axis ``axis``
+    each get whole KV heads (with their query heads) and an equal share of the MLP."""
+    if cfg.num_kv_heads % n or cfg.num_q_heads % n or cfg.mlp_hidden % n:
+        ok = [d for d in range(1, cfg.num_kv_heads + 1)
+              if cfg.num_kv_heads % d == 0 and cfg.num_q_heads % d == 0 and cfg.mlp_hidden % d == 0]
+        raise ValueError(f"tensor parallel over {n} devices (mesh axis {axis!r}) must divide num_kv_heads="
+                         f"{cfg.num_kv_heads}, num_q_heads={cfg.num_q_heads} and mlp_hidden={cfg.mlp_hidden}: "
+                         f"use a mesh axis of {', '.join(map(str, ok))} devices")
+
+
 def param_shardings(cfg: Config, mesh: Mesh, axis: str = "tp") -> dict:
     """Megatron tensor parallelism over mesh axis ``axis``: q/k/v and gate/up split on their output
     features (whole heads, whole GQA groups per device), o and down on their input features (XLA
     adds one all-reduce after each), norms, embedding and LM head replicated. The KV cache goes with
     ``cache.cache_sharding``."""
-    n = mesh.shape[axis]
-    if cfg.num_kv_heads % n or cfg.num_q_heads % n or cfg.mlp_hidden % n:
-        raise ValueError(f"{axis}={n} must divide num_kv_heads={cfg.num_kv_heads}, num_q_heads={cfg.num_q_heads} "
-                         f"and mlp_hidden={cfg.mlp_hidden}")
+    check_tensor_parallel(cfg, mesh.shape[axis], axis)
     rep = NamedSharding(mesh, P())
     col = NamedSharding(mesh, P(None, axis))
     row = NamedSharding(mesh, P(axis, None))
