@@ -203,13 +203,27 @@ mod tests {
         ids
     }
 
+    /// The kernels crate's source files below `dir`, its folders walked.
+    fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("the kernels crate's sources") {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
     /// The kernel names the kernels crate's sources spell out (its export macros list every
     /// kernel by name): words `rpa_...` naming one kernel of a family.
     fn exported_names() -> HashSet<String> {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../kernels-gpu/src/kernels");
+        let mut files = Vec::new();
+        sources(std::path::Path::new(dir), &mut files);
         let mut names = HashSet::new();
-        for entry in std::fs::read_dir(dir).expect("the kernels crate's sources") {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for path in files {
+            let text = std::fs::read_to_string(path).unwrap();
             for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
                 let concrete = |suffix: &str| {
                     word.rsplit_once(suffix)
