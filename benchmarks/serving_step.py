@@ -375,12 +375,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="Config.reduce_dtype: the o / down products' dtype (under TP, the all-reduces')")
     ap.add_argument("--cache-gb", type=float, help="KV cache of one backend at most this size (GB); see above")
     ap.add_argument("--profile", action="store_true", help="GPU kernel time by class, from a jax.profiler trace")
     ap.add_argument("--compile-workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--out", help="JSON results (and a PNG next to it when matplotlib is there)")
     args = ap.parse_args(argv)
-    cfg = CONFIGS[args.config](args.layers)
+    cfg = dataclasses.replace(CONFIGS[args.config](args.layers), reduce_dtype=jnp.dtype(args.reduce_dtype))
     on_gpu = jax.default_backend() == "gpu"
     device = jax.devices()[0].device_kind
     layouts = [Layout.parse(s) for s in (args.cases or DEFAULT_CASES[args.config]).split(",")]
@@ -467,7 +469,7 @@ def main(argv=None) -> dict:
               f"{row['pipelined_ms']:.3f})  {row['tokens_per_s']:10.0f} tok/s  {check} {shares}")
     result = {"config": args.config, "layers": cfg.num_layers, "device": device, "backend": jax.default_backend(),
               "jax": jax.__version__, "page_size": args.page_size, "iters": args.iters,
-              "command_buffers": command_buffers, "cache_gb": args.cache_gb,
+              "command_buffers": command_buffers, "cache_gb": args.cache_gb, "reduce_dtype": args.reduce_dtype,
               "xla_flags": os.environ.get("XLA_FLAGS", ""),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
     tps = [b for b in backends if "@tp" in b]

@@ -230,6 +230,42 @@ else:
 """
 
 
+REDUCE_DTYPE_PROGRAM = r"""
+import dataclasses, glob, re, sys, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh
+from xla_gpu_kernels.serving import Engine, init_params, param_shardings, tiny
+mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
+logits = {}
+for name in ("float32", "bfloat16"):
+    cfg = dataclasses.replace(tiny(), reduce_dtype=jnp.dtype(name))
+    engine = Engine(cfg, init_params(cfg, 0, param_shardings(cfg, mesh)), max_num_seqs=4, token_budget=32,
+                    num_pages=24, max_model_len=96, mesh=mesh, record_logits=True)
+    req = engine.add_request(list(range(1, 30)), max_new_tokens=1)
+    engine.run()
+    logits[name] = req.logits[0]
+# After SPMD partitioning (the dump of this process's steps; the CPU backend later widens bf16
+# all-reduces to f32 to run them), the model's all-reduces are in the configured dtype.
+found = {}
+for path in sorted(glob.glob(sys.argv[1] + "/*jit_step*after_spmd-partitioning*")):
+    found.setdefault(tuple(sorted(set(re.findall(r"= (\w+)\[[0-9,]+\]\S* all-reduce\(", open(path).read())))), 0)
+print("all-reduce dtypes per compiled step:", found, "max logit difference", np.abs(logits["float32"] - logits["bfloat16"]).max())
+assert set(found) == {("f32",), ("bf16",)}, found
+assert np.abs(logits["float32"] - logits["bfloat16"]).max() < 0.1
+"""
+
+
+def test_bf16_reduce_dtype_puts_the_tensor_parallel_all_reduces_in_bf16(tmp_path):
+    """``Config.reduce_dtype=bf16`` under TP=2: the o / down products are all-reduced in bf16
+    (half the bytes), the default in f32; the logits stay within bf16 rounding of each other."""
+    env_flags = f"--xla_dump_to={tmp_path} --xla_dump_hlo_pass_re=spmd-partitioning"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count=2 {env_flags}")
+    done = subprocess.run([sys.executable, "-c", REDUCE_DTYPE_PROGRAM, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(done.stdout)
+
+
 def test_tensor_parallel_width_that_splits_a_kv_head_is_a_value_error():
     """4 devices for 2 KV heads: a ValueError naming the widths that work, before any tracing."""
     _run(["-c", BAD_TP_PROGRAM], 4)

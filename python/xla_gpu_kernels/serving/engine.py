@@ -65,8 +65,15 @@ def make_step(cfg: Config, attention: Callable | None = None, *, attend: Callabl
             rep = NamedSharding(mesh, P())
             jit_kwargs.setdefault("out_shardings", (rep, rep, [cache_sharding(mesh, axis)] * cfg.num_layers))
 
+    # Under tensor parallelism a narrower reduce dtype needs the all-reduce pinned to the product
+    # (left alone, XLA reduces after the widening convert, in f32).
+    reduce = None
+    if mesh is not None and jnp.dtype(cfg.reduce_dtype) != jnp.float32:
+        replicated = NamedSharding(mesh, P())
+        reduce = lambda y: jax.lax.with_sharding_constraint(y, replicated)  # noqa: E731
+
     def step(params, caches, batch: Batch):
-        logits, caches = forward_paged(params, caches, batch, cfg, attention, attend)
+        logits, caches = forward_paged(params, caches, batch, cfg, attention, attend, reduce)
         return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits, caches
 
     return jax.jit(step, donate_argnums=(1,), **jit_kwargs)

@@ -31,7 +31,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from .. import jax as _xk
 
 __all__ = ["Config", "check_tensor_parallel", "llama3_8b", "llama3_70b", "tiny", "CONFIGS", "init_params", "param_shardings", "forward_paged",
-           "paged_attend", "rms_norm", "linear", "rope", "mlp", "qkv", "logits_from_hidden"]
+           "paged_attend", "rms_norm", "linear", "row_parallel", "rope", "mlp", "qkv", "logits_from_hidden"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,11 @@ class Config:
     rope_theta: float = 500000.0
     dtype: Any = jnp.bfloat16
     init_scale: float = 1.0
+    # The dtype of the row-parallel products (the o and down projections) before they join the
+    # f32 residual: under tensor parallelism, the dtype of the model's two all-reduces a layer.
+    # f32 (default) keeps the residual exact; bf16 halves the all-reduces' bytes (Megatron's
+    # choice) at the cost of one bf16 rounding of each layer's attention and MLP outputs.
+    reduce_dtype: Any = jnp.float32
 
     def __post_init__(self):
         if self.num_q_heads % self.num_kv_heads:
@@ -197,9 +202,20 @@ def qkv(h: jax.Array, layer: dict, positions: jax.Array, cfg: Config):
     return rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta), v
 
 
-def mlp(x: jax.Array, layer: dict, cfg: Config) -> jax.Array:
+def row_parallel(x: jax.Array, w: jax.Array, cfg: Config, reduce: Callable | None = None) -> jax.Array:
+    """``x @ w`` for a row-parallel weight (o, down): the product in ``cfg.reduce_dtype``, passed
+    through ``reduce`` (under tensor parallelism a replicated sharding constraint, which puts the
+    all-reduce on the product in that dtype), then widened to f32 for the residual."""
+    y = jnp.matmul(x.astype(w.dtype), w, preferred_element_type=cfg.reduce_dtype)
+    if reduce is not None:
+        y = reduce(y)
+    return y.astype(jnp.float32)
+
+
+def mlp(x: jax.Array, layer: dict, cfg: Config, reduce: Callable | None = None) -> jax.Array:
     h = rms_norm(x, layer["mlp_norm"], cfg.rms_eps)
-    return linear(jax.nn.silu(linear(h, layer["w_gate"])) * linear(h, layer["w_up"]), layer["w_down"])
+    return row_parallel(jax.nn.silu(linear(h, layer["w_gate"])) * linear(h, layer["w_up"]), layer["w_down"], cfg,
+                        reduce)
 
 
 def logits_from_hidden(x: jax.Array, params: dict, cfg: Config) -> jax.Array:
@@ -222,7 +238,7 @@ def paged_attend(op: Callable | None = None) -> Callable:
 
 
 def forward_paged(params: dict, caches: list, batch, cfg: Config, attention: Callable | None = None,
-                  attend: Callable | None = None):
+                  attend: Callable | None = None, reduce: Callable | None = None):
     """One ragged forward pass over ``batch`` (an ``engine.Batch``): every token's K/V is written
     into its layer's cache at (``batch.write_pages``, ``batch.write_slots``), then every query row
     attends over its sequence's pages. Returns (f32 logits of each sequence's last row
@@ -230,7 +246,8 @@ def forward_paged(params: dict, caches: list, batch, cfg: Config, attention: Cal
 
     ``attention``: the op (default ``xla_gpu_kernels.jax.ragged_paged_attention``). ``attend``
     replaces the whole KV backend, cache layout included: ``attend(q, k, v, cache, batch, cfg) ->
-    (out [tokens, Hq, D], cache)`` with q/k/v f32 after RoPE (benchmarks plug baselines in here)."""
+    (out [tokens, Hq, D], cache)`` with q/k/v f32 after RoPE (benchmarks plug baselines in here).
+    ``reduce``: applied to each row-parallel product (see ``row_parallel``)."""
     attend = attend or paged_attend(attention)
     tokens = batch.token_ids.shape[0]
     x = params["embed"][batch.token_ids].astype(jnp.float32)
@@ -239,7 +256,7 @@ def forward_paged(params: dict, caches: list, batch, cfg: Config, attention: Cal
         h = rms_norm(x, layer["attn_norm"], cfg.rms_eps)
         q, k, v = qkv(h, layer, batch.positions, cfg)
         o, cache = attend(q, k, v, cache, batch, cfg)
-        x = x + linear(o.reshape(tokens, cfg.num_q_heads * cfg.head_dim), layer["wo"])
-        x = x + mlp(x, layer, cfg)
+        x = x + row_parallel(o.reshape(tokens, cfg.num_q_heads * cfg.head_dim), layer["wo"], cfg, reduce)
+        x = x + mlp(x, layer, cfg, reduce)
         new_caches.append(cache)
     return logits_from_hidden(x[batch.logit_rows], params, cfg), new_caches

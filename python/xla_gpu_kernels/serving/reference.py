@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .model import Config, linear, logits_from_hidden, mlp, qkv, rms_norm
+from .model import Config, logits_from_hidden, mlp, qkv, rms_norm, row_parallel
 
 __all__ = ["dense_logits", "dense_greedy", "teacher_forced_logits", "compare_greedy"]
 
@@ -53,7 +53,7 @@ def dense_logits(params: dict, tokens: jax.Array, cfg: Config, round_qkv: bool =
         o = _causal_attention_f32(q, k, v, cfg.sm_scale)
         if round_qkv:
             o = o.astype(cfg.dtype)
-        x = x + linear(o.reshape(b, t, cfg.num_q_heads * cfg.head_dim), layer["wo"])
+        x = x + row_parallel(o.reshape(b, t, cfg.num_q_heads * cfg.head_dim), layer["wo"], cfg)
         x = x + mlp(x, layer, cfg)
     if rows is not None:
         x = jnp.take_along_axis(x, rows[..., None], axis=1)
