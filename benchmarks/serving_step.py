@@ -138,7 +138,8 @@ def make_batch(layout: Layout, page: int, rng, max_pages: int | None = None) -> 
     num_pages, shared_pages). With ``max_pages`` smaller than the layout needs, the pages a step
     writes stay private and the rest of every context comes from a shared pool (``shared_pages``
     > 0): random, distinct within a sequence, repeated across sequences."""
-    per_seq = [math.ceil(kv / page) for kv in layout.kv_lens]
+    dec_p, pre_p = pages_for(layout, page)
+    per_seq = [dec_p] * layout.decode + [pre_p] * layout.prefill
     written = [n - (kv - q) // page for n, q, kv in zip(per_seq, layout.q_lens, layout.kv_lens)]
     need = sum(per_seq)
     P = max(per_seq)
