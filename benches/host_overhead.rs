@@ -445,7 +445,7 @@ fn ws_kernel_launches(
     unsafe {
         launch_programmatic(planner, 1, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())
     };
-    let shared = ws_shared_bytes(DIM as u32);
+    let shared = ws_shared_bytes(DIM as u32, false);
     let f = module.function_with_shared("rpa_tile_ws_bf16_bf16_d128", shared).unwrap();
     let mut args = KernelArgs::new();
     args.push(q).push(kv).push(kv_lens.device_ptr(stream).0).push(table.device_ptr(stream).0);

@@ -22,7 +22,8 @@ call is eager and finds the L2 cold (a read of twice its size before each, then 
 hides the host's cost per call), for every implementation alike; the default replays the same
 call, whose small cells then find their KV in L2 after the first.
 
-    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|mixes|mixparts|all [--geometry G1..G4]
+    python3 benchmarks/peers.py --suite decode|uneven|pages|features|prefill|short|mixes|mixparts|all
+        [--geometry G1..G6] [--kv-dtype bfloat16|float8_e4m3fn|float8_e5m2]
         [--variants auto,general,mma,pipelined] [--quick] [--no-jax | --only-jax] [--out FILE.json]
         [--cells 1x16384,1x32768:float8_e4m3fn]  (decode cells in place of the suite's)
 
@@ -67,6 +68,8 @@ GEOMETRIES = {  # q heads, kv heads, head dim, soft cap, sliding window
     "G2": (64, 8, 128, None, None),
     "G3": (32, 32, 128, None, None),
     "G4": (16, 8, 256, 50.0, 4096),
+    "G5": (32, 8, 64, None, None),     # head_dim 64
+    "G6": (16, 8, 256, None, None),    # head_dim 256, no window or cap
 }
 DEVICE = "cuda"  # the self-tests on a CPU machine set "cpu" (inputs and reference only)
 MIN_POOL_BYTES = 512 << 20
@@ -155,9 +158,11 @@ def _mixes():
 MIXES = _mixes()
 
 
-def suite_cases(suite, quick, geometry):
-    """The benchmark matrix (shared/reference/benchmarks.md); cells over MAX_KV_BYTES are dropped."""
+def suite_cases(suite, quick, geometry, kv_dtype="bfloat16"):
+    """The benchmark matrix (shared/reference/benchmarks.md); cells over MAX_KV_BYTES are dropped.
+    `kv_dtype` applies to the prefill, short and mixes suites (named in each cell)."""
     cases, dropped = [], []
+    kvd = "" if kv_dtype == "bfloat16" else f" {kv_dtype}"
     if suite in ("decode", "all"):
         batches = (1, 16, 64) if quick else (1, 4, 16, 64, 256)
         contexts = (2048, 32768) if quick else (512, 2048, 8192, 32768)
@@ -195,14 +200,20 @@ def suite_cases(suite, quick, geometry):
                    (mix4_name, mix4), (mix16_name, mix16)]
         if quick:
             prefill = [prefill[0], prefill[4], prefill[5]]
-        cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in prefill]
+        cases += [Case(f"{geometry} {name}{kvd}", geometry, seqs, kv_dtype=kv_dtype) for name, seqs in prefill]
+    if suite in ("short", "all"):
+        # Short prefills: the chunk tails of a serving step, over 2k contexts.
+        short = [("short 1x512 over 2k", [(512, 2048)]), ("short 4x256 over 2k", [(256, 2048)] * 4),
+                 ("short 16x128 over 2k", [(128, 2048)] * 16), ("short 64x32 over 2k", [(32, 2048)] * 64)]
+        cases += [Case(f"{geometry} {name}{kvd}", geometry, seqs, kv_dtype=kv_dtype) for name, seqs in short]
     if suite == "mixes":
         # Engine steps: the prefill suite's two mixes and two short ones, where a call's host
         # cost and launches weigh most (a mix in one launch against two, `XGK_RPA_DECODE_APART`).
-        cases += [Case(f"{geometry} {name}", geometry, seqs) for name, seqs in MIXES]
-        cases.append(Case(f"{geometry} mix 1q64 + 63 decode s512", geometry, [(64, 512)] + [(1, 512)] * 63))
-        cases.append(Case(f"{geometry} mix 2q128 + 126 decode s256-2k", geometry,
-                          [(128, 1024)] * 2 + [(1, 256 + 14 * i) for i in range(126)]))
+        cases += [Case(f"{geometry} {name}{kvd}", geometry, seqs, kv_dtype=kv_dtype) for name, seqs in MIXES]
+        cases.append(Case(f"{geometry} mix 1q64 + 63 decode s512{kvd}", geometry, [(64, 512)] + [(1, 512)] * 63,
+                          kv_dtype=kv_dtype))
+        cases.append(Case(f"{geometry} mix 2q128 + 126 decode s256-2k{kvd}", geometry,
+                          [(128, 1024)] * 2 + [(1, 256 + 14 * i) for i in range(126)], kv_dtype=kv_dtype))
     if suite == "mixparts":
         # The mixes' prefill and decode rows apart: where a mix's time goes, kernel by kernel.
         for name, seqs in MIXES:
@@ -902,7 +913,10 @@ def plot(result, path):
 def main():
     global USE_GRAPHS, KERNEL_TIME, COLD_L2
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "mixes", "mixparts", "all"])
+    ap.add_argument("--suite", default="decode", choices=["decode", "uneven", "pages", "features", "prefill", "short", "mixes", "mixparts",
+                             "all"])
+    ap.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn", "float8_e5m2"],
+                    help="the KV cache's dtype in the prefill, short and mixes suites")
     ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
     ap.add_argument("--variants", default="auto",
                     help="ours' kernels, comma separated: auto,tiled,tiled-wgmma,pipelined,mma,general, each with "
@@ -967,7 +981,7 @@ def main():
     copy_gbs = copy_bandwidth()
     print(f"{gpu}; copy bandwidth {copy_gbs:.0f} GB/s; implementations {[i.name for i in impls]}", flush=True)
 
-    cases, dropped = suite_cases(args.suite, args.quick, args.geometry)
+    cases, dropped = suite_cases(args.suite, args.quick, args.geometry, args.kv_dtype)
     if args.cells:
         cases = [decode_cell(c, args.geometry) for c in args.cells.split(",")]
     if dropped:

@@ -548,6 +548,7 @@ fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
     };
     let heads = [(1, 1), (2, 4), (1, 8), (4, 1), (2, 16), (8, 4), (1, 32), (1, 64), (2, 3)];
     let mut worst = 0.0f64;
+    let mut fp8_cases = 0;
     for i in (0..cases).step_by(case_stride()) {
         let q_dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
         // The warp-specialized kernel also takes head_dim 256 (64-key tiles).
@@ -572,7 +573,31 @@ fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
             })
             .collect();
         let pad = rng.gen_range(0..70);
-        let mut case = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        // The warp-specialized kernel also takes fp8 KV at head dims 64 and 128: cases 0-2 of
+        // every 12 (bf16 and f16 q, both head dims; e4m3, then e5m2 every other 12), scaled or
+        // with every finite byte value in K.
+        let ws = kernel == KernelChoice::TiledWarpSpecialized;
+        let kv_dtype = if ws && head_dim != 256 && i % 12 < 3 {
+            [DType::F8E4M3FN, DType::F8E5M2][(i / 12) % 2]
+        } else {
+            q_dtype
+        };
+        let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        if kv_dtype != q_dtype {
+            if (i / 3) % 2 == 0 {
+                case.k_scale = Some(rng.gen_range(0.1..2.0));
+                case.v_scale = Some(rng.gen_range(0.1..2.0));
+            } else {
+                // Every finite byte value in K, with sm_scale shrunk to keep the logits moderate.
+                let e4m3 = kv_dtype == DType::F8E4M3FN;
+                for (r, chunk) in case.kv.chunks_mut(head_dim).enumerate() {
+                    if (r % (2 * nkv)) % 2 == 0 {
+                        chunk.iter_mut().for_each(|b| *b = random_fp8(&mut rng, e4m3, f64::INFINITY));
+                    }
+                }
+                case.sm_scale = if e4m3 { 0.05 / 448.0 } else { 0.05 / 57344.0 };
+            }
+        }
         match i % 6 {
             1 => case.sliding_window = Some(rng.gen_range(1..300)),
             2 => case.soft_cap = Some(biting_cap(&case, &mut rng)),
@@ -588,12 +613,16 @@ fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
         } else {
             assert!(tiled_applies(&case.spec(), 90));
         }
-        let label = format!("case {i}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}");
+        let label =
+            format!("case {i}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}");
         let err = compare(&case, &run_gpu(&stream, &case, kernel), &case.cpu_output(), &label);
         worst = worst.max(err);
+        fp8_cases += (kv_dtype != q_dtype) as usize;
     }
+    let all_cases = case_stride() == 1 && cases >= 12;
+    assert!(kernel != KernelChoice::TiledWarpSpecialized || !all_cases || fp8_cases > 0, "some case runs fp8 KV");
     println!("worst row-relative |gpu - cpu| {kernel:?} ({cases} cases): {worst:.3e}");
-    println!("{} {kernel:?} cases passed", cases.div_ceil(case_stride()));
+    println!("{} {kernel:?} cases passed ({fp8_cases} with fp8 KV)", cases.div_ceil(case_stride()));
 }
 
 /// The warpgroup-MMA tiled kernel (sm_90a image, explicit `tiled-wgmma`) over the tiled kernel's
@@ -969,7 +998,8 @@ fn paged_attention_invalid_metadata_stays_in_bounds() {
 /// kernel over the other rows (the warp-specialized one where it applies on Hopper, the wgmma or
 /// mma.sync tiles elsewhere). Both images; the setting on and off; empty sequence slots, padding
 /// rows, speculative rows (short tile items), windows and soft caps; and decreasing `cu_q_lens`,
-/// whose plan fallback gives every row back to the tile kernel.
+/// whose plan fallback gives every row back to the tile kernel; fp8 KV (the warp-specialized
+/// kernel's fp8 twins, two launches) in some cases.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn decode_rows_apart_match_cpu() {
@@ -998,7 +1028,15 @@ fn decode_rows_apart_match_cpu() {
         seqs[0] = (rng.gen_range(5..40), rng.gen_range(40..300));
         seqs.shuffle(&mut rng);
         let pad = rng.gen_range(0..20);
-        let mut case = random_case(&mut rng, q_dtype, q_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        // fp8 KV (scaled; e4m3 and e5m2) at head dims 64 and 128 in some cases, bf16 and f16 q:
+        // the warp-specialized kernel's fp8 twins take the rows the decode kernel leaves.
+        let fp8 = head_dim != 256 && (i % 4 == 0 || i % 8 == 3);
+        let kv_dtype = if fp8 { [DType::F8E4M3FN, DType::F8E5M2][(i / 4) % 2] } else { q_dtype };
+        let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, page_size, &seqs, pad);
+        if fp8 {
+            case.k_scale = Some(rng.gen_range(0.1..2.0));
+            case.v_scale = Some(rng.gen_range(0.1..2.0));
+        }
         match i % 4 {
             1 => case.sliding_window = Some(rng.gen_range(1..500)),
             2 => case.soft_cap = Some(biting_cap(&case, &mut rng)),
@@ -1010,15 +1048,15 @@ fn decode_rows_apart_match_cpu() {
         }
         let cpu = case.cpu_output();
         let label = |how: &str| {
-            format!("case {i} {how}: {q_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}")
+            format!("case {i} {how}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}")
         };
         for (image, module) in modules {
             let ctx = unsafe { module.for_stream(stream.cu_stream()) }.unwrap();
             if !decode_apart_applies(&ctx, &case.spec()).unwrap() {
-                // Only head_dim 256 where the warp-specialized kernel does not apply (the portable
-                // image, pages not of whole 16-key blocks): no tile kernel of that head_dim there.
+                // Only head_dim 256 or fp8 KV where the warp-specialized kernel does not apply (the
+                // portable image, pages not of whole 16-key blocks): no tile kernel for them there.
                 let ws = ctx.image.has_wgmma() && page_size % 16 == 0;
-                assert!(head_dim == 256 && !ws, "{}: decode rows not apart", label(image));
+                assert!((head_dim == 256 || fp8) && !ws, "{}: decode rows not apart", label(image));
                 continue;
             }
             let out = run_gpu_on(module, &stream, &case, KernelChoice::Auto, WorkspaceMode::Exact, 1);
@@ -1036,7 +1074,8 @@ fn decode_rows_apart_match_cpu() {
                 worst = worst.max(compare(&case, &out, &cpu, &label(&format!("{launches} launches for 3 calls"))));
                 // A mix (decode rows apart, a head dim the mix kernel has) in one launch per call.
                 let ctx = unsafe { KERNELS.for_stream(stream.cu_stream()) }.unwrap();
-                let mix = decode_apart_applies(&ctx, &case.spec()).unwrap() && matches!(head_dim, 64 | 128);
+                // (The mix kernels are for KV of q's dtype.)
+                let mix = decode_apart_applies(&ctx, &case.spec()).unwrap() && matches!(head_dim, 64 | 128) && !fp8;
                 mix_runs += u32::from(mix);
                 one_launch_runs += u32::from(mix && launches == 3);
                 runs += 1;

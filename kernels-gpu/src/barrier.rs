@@ -206,6 +206,9 @@ pub mod ids {
     pub const WS_PINGPONG: Range<u32> = 3..5;
     /// The warp-specialized prefill's epilogue: consumer `c`'s warpgroup alone, `5 + c`.
     pub const WS_EPILOGUE: Range<u32> = 5..7;
+    /// The warp-specialized prefill with fp8 KV: consumer `c`'s warpgroup alone, once its warps
+    /// have rewritten their rows of Q as f16 operands, `7 + c`.
+    pub const WS_Q_CONVERT: Range<u32> = 7..9;
     /// A mixed batch's decode blocks: each of the block's three 128-thread groups has its own
     /// (`4 + group`). A mix block runs decode groups or the tile role, never both.
     pub const MIX_DECODE_GROUPS: Range<u32> = 4..7;
@@ -229,7 +232,7 @@ pub mod ids {
     }
 
     // The roles that share a block.
-    const _: () = assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE]), "a warp-specialized prefill block");
+    const _: () = assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE, WS_Q_CONVERT]), "a warp-specialized prefill block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS]), "a pipelined decode block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS, MIX_DECODE_GROUPS]), "a mix's decode block");
 }

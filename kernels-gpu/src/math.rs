@@ -99,6 +99,23 @@ pub fn opaque_f32(x: f32) -> f32 {
     }
 }
 
+/// `x`, hidden from the optimizer (a register move it cannot see through): keeps a loop bound
+/// from being folded into a constant trip count, so that the loop stays a loop.
+#[inline(always)]
+pub fn opaque_u32(x: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let y: u32;
+        // SAFETY: a register move.
+        unsafe { core::arch::asm!("mov.b32 {}, {};", out(reg32) y, in(reg32) x, options(pure, nomem, nostack)) };
+        y
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x
+    }
+}
+
 /// 1/x of a softmax row's denominator, or 0 where it is not positive (a row that saw no key:
 /// its output is zeros, not a division by zero).
 #[inline(always)]

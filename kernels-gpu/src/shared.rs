@@ -65,3 +65,25 @@ pub unsafe fn load_v4(addr: u32) -> [u32; 4] {
         crate::gpu_only!("shared::load_v4")
     }
 }
+
+/// Writes 16 bytes at a shared-state-space address (`st.shared.v4.b32`).
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned address inside this block's shared memory that no other
+/// thread reads or writes meanwhile (barriers order the others).
+#[inline(always)]
+pub unsafe fn store_v4(addr: u32, v: [u32; 4]) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::arch::asm!(
+            "st.shared.v4.b32 [{}], {{{}, {}, {}, {}}};",
+            in(reg32) addr, in(reg32) v[0], in(reg32) v[1], in(reg32) v[2], in(reg32) v[3],
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (addr, v);
+        crate::gpu_only!("shared::store_v4")
+    }
+}

@@ -24,7 +24,7 @@ mod kernel_args;
 mod tensor_map;
 pub use images::{CubinImage, ImageTarget, KernelImages, PtxImage};
 pub use kernel_args::{ArgPointers, KernelArgs};
-pub use tensor_map::TiledTensorMap;
+pub use tensor_map::{MapElement, TiledTensorMap};
 
 pub use cudarc::driver::sys::CUfunction;
 pub use cudarc::driver::sys::CUstream as Stream;

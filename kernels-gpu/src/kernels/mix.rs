@@ -44,7 +44,7 @@ use crate::kernels::decode::general::RpaPointers;
 use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
 use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
 use crate::kernels::prefill::hopper::scheduler::TileGrid;
-use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WS_THREADS};
+use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WsKv, WS_THREADS};
 
 /// Decode blocks ([`GroupSlot`]s) per block of the grid.
 pub const MIX_GROUPS: u32 = WS_THREADS / GROUP_THREADS;
@@ -58,8 +58,8 @@ const _: () = assert!(
 pub const MIX_DECODE_STAGES: u32 = 2;
 
 const _: () = assert!(
-    MIX_GROUPS * mix_group_shared_bytes(64, MIX_DECODE_STAGES) <= ws_shared_bytes(64)
-        && MIX_GROUPS * mix_group_shared_bytes(128, MIX_DECODE_STAGES) <= ws_shared_bytes(128)
+    MIX_GROUPS * mix_group_shared_bytes(64, MIX_DECODE_STAGES) <= ws_shared_bytes(64, false)
+        && MIX_GROUPS * mix_group_shared_bytes(128, MIX_DECODE_STAGES) <= ws_shared_bytes(128, false)
 );
 
 /// Blocks of the decode twin's grid (sequences x KV heads x head chunks of
@@ -83,7 +83,7 @@ pub const fn mix_group_shared_bytes(head_dim: u32, stages: u32) -> u32 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn rpa_mix<
-    Q: MmaElement + StagedKv,
+    Q: MmaElement + StagedKv + WsKv,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -103,7 +103,7 @@ unsafe fn rpa_mix<
     crate::grid_dependency::wait_for_prerequisites();
     let b = block_idx_x();
     if b >= decode_blocks {
-        rpa_tiled_ws::<Q, D, KSTEPS, NTILES, KN, KSP, PW, TileGrid>(
+        rpa_tiled_ws::<Q, Q, Q, D, KSTEPS, NTILES, KN, KSP, PW, TileGrid>(
             tiles,
             tile_params,
             maps,
@@ -144,7 +144,7 @@ macro_rules! rpa_mix_kernels {
         /// Grid `(decode_blocks + T, 1)` with `decode_blocks` [`mix_decode_blocks`] of the shapes
         /// and `T` tile blocks, at most one per multiprocessor and at most
         /// `tile_params.plan_capacity * num_kv_heads`, [`WS_THREADS`]
-        /// threads, `ws_shared_bytes(D)` of dynamic shared memory, at least [`MIX_GROUPS`]
+        /// threads, `ws_shared_bytes(D, false)` of dynamic shared memory, at least [`MIX_GROUPS`]
         /// `mix_group_shared_bytes(D, decode_params.pipe_stages)`; `tile_params` as the
         /// warp-specialized kernel's where it plans itself (a nonzero `launch_tag`) and
         /// `decode_params` as the pipelined twin's on a grid of `max_num_seqs` sequences with one
@@ -185,7 +185,7 @@ mod tests {
     fn three_decode_groups_of_two_stages_fit_the_tile_kernels_shared_memory() {
         assert_eq!(MIX_GROUPS, 3);
         for d in [64, 128] {
-            assert!(MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d), "head_dim {d}");
+            assert!(MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d, false), "head_dim {d}");
         }
     }
 

@@ -5,7 +5,7 @@ use kernels_gpu::attention::planner::plan_capacity;
 use kernels_gpu::kernels::decode::key_rows::KEY_ROWS_MAX_HEADS;
 use kernels_gpu::kernels::decode::mma::mma_supports_head_dim;
 use kernels_gpu::kernels::decode::pipelined::pipelined_supports;
-use kernels_gpu::kernels::prefill::hopper::{ws_supports, ws_tile_rows, WS_BLOCK_KEYS};
+use kernels_gpu::kernels::prefill::hopper::{ws_supports, ws_supports_fp8, ws_tile_rows, WS_BLOCK_KEYS};
 use kernels_gpu::kernels::prefill::tiled::tiled_supports;
 
 use super::settings::KernelChoice;
@@ -48,12 +48,19 @@ fn tile_dtypes_apply(spec: &PagedAttention) -> bool {
 }
 
 /// Whether the warp-specialized tile kernel applies (on the sm_90a image): f16/bf16 q with
-/// unscaled KV of q's dtype, head_dim 64, 128 or 256, GQA groups up to 64, pages of whole 16-key
-/// blocks (its bulk copies move 16 keys of one page) and a pool of at most 2^31 tokens (the
-/// copies' token coordinate is an int32), for shapes whose work indices fit in 32 bits
-/// (`ws_work_indices_fit`: about 2^30 query rows times KV heads).
+/// unscaled KV of q's dtype (head_dim 64, 128 or 256) or fp8 KV, scaled or not (head_dim 64 or
+/// 128), GQA groups up to 64, pages of whole 16-key blocks (its bulk copies move 16 keys of one
+/// page) and a pool of at most 2^31 tokens (the copies' token coordinate is an int32), for
+/// shapes whose work indices fit in 32 bits (`ws_work_indices_fit`: about 2^30 query rows times
+/// KV heads).
 pub fn tiled_ws_applies(spec: &PagedAttention, cc: u32) -> bool {
-    tile_dtypes_apply(spec)
+    let fp8 = matches!(spec.kv_dtype, DType::F8E4M3FN | DType::F8E5M2);
+    let dtypes = if fp8 {
+        matches!(spec.q_dtype, DType::F16 | DType::BF16) && ws_supports_fp8(spec.head_dim)
+    } else {
+        tile_dtypes_apply(spec)
+    };
+    dtypes
         && ws_supports(spec.head_dim, spec.group())
         && cc >= 90
         && spec.page_size.is_multiple_of(WS_BLOCK_KEYS)
@@ -125,7 +132,7 @@ pub(super) fn resolve_kernel(spec: &PagedAttention, cc: u32, choice: KernelChoic
         KernelChoice::TiledWarpSpecialized => {
             ensure!(
                 tiled_ws_applies(spec, cc),
-                "the tiled-ws kernel needs f16/bf16 q with unscaled KV of q's dtype, head_dim 64/128/256, num_q_heads / num_kv_heads <= 64, sm_90, a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}), at most 2^31 tokens in the KV pool and at most about 2^30 query rows times KV heads",
+                "the tiled-ws kernel needs f16/bf16 q with unscaled KV of q's dtype (head_dim 64/128/256) or fp8 KV (head_dim 64/128), num_q_heads / num_kv_heads <= 64, sm_90, a page_size that is a multiple of {WS_BLOCK_KEYS} (got {}), at most 2^31 tokens in the KV pool and at most about 2^30 query rows times KV heads",
                 spec.page_size
             );
             choice
@@ -203,5 +210,35 @@ mod tests {
         assert!(!tiled_ws_applies(&rows(1 << 28), 90));
         let err = resolve_kernel(&rows(1 << 28), 90, KernelChoice::TiledWarpSpecialized).unwrap_err();
         assert!(err.to_string().contains("query rows times KV heads"), "{err}");
+    }
+
+    #[test]
+    fn warp_specialized_tiles_take_fp8_kv_at_head_dims_64_and_128() {
+        let spec = |q_dtype, kv_dtype, head_dim| PagedAttention {
+            q_dtype,
+            kv_dtype,
+            max_tokens: 4096,
+            num_q_heads: 32,
+            num_kv_heads: 8,
+            head_dim,
+            total_pages: 4096,
+            page_size: 16,
+            max_num_seqs: 4,
+            pages_per_seq: 64,
+            attrs: crate::ops::paged_attention::Attributes::default(),
+        };
+        for q in [DType::BF16, DType::F16] {
+            for kv in [DType::F8E4M3FN, DType::F8E5M2] {
+                for d in [64, 128] {
+                    assert!(tiled_ws_applies(&spec(q, kv, d), 90), "{q}/{kv} d{d}");
+                    // Not the other tile kernels, and not on the portable image.
+                    assert!(!tiled_applies(&spec(q, kv, d), 90) && !tiled_ws_applies(&spec(q, kv, d), 80));
+                }
+                let err = resolve_kernel(&spec(q, kv, 256), 90, KernelChoice::TiledWarpSpecialized).unwrap_err();
+                assert!(err.to_string().contains("fp8 KV (head_dim 64/128)"), "{err}");
+            }
+        }
+        // 16-bit KV of another dtype than q's stays out.
+        assert!(!tiled_ws_applies(&spec(DType::BF16, DType::F16, 128), 90));
     }
 }

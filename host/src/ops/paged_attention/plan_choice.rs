@@ -102,15 +102,17 @@ pub fn decode_apart_applies(module: &ContextModule, spec: &PagedAttention) -> Re
 /// most one tile block per multiprocessor), at head dims 64 and 128 (the tile kernel plans
 /// itself), where the decode plan is the key-rows twin with no splits (a decode block in a group
 /// of the tile kernel's block: no clusters, no merge; the head-rows twin spilled at 168
-/// registers). With the variable unset, only where [`mix_one_launch_pays`]. Elsewhere the call
-/// takes two launches (mode 2).
+/// registers), for KV of q's dtype. With the variable unset, only where [`mix_one_launch_pays`].
+/// Elsewhere the call takes two launches (mode 2).
 fn mix_in_one_launch(
     module: &ContextModule,
     spec: &PagedAttention,
     decode: &DirectPlan,
     settings: &LaunchSettings,
 ) -> bool {
-    settings.decode_apart == DecodeApartSetting::OneLaunch
+    // The mix kernels are for KV of q's dtype (no fp8 twins).
+    spec.kv_dtype == spec.q_dtype
+        && settings.decode_apart == DecodeApartSetting::OneLaunch
         && (settings.decode_apart_given || mix_one_launch_pays(module.dram_gbs_per_multiprocessor))
         && settings.pair_schedule.persistent()
         && ws_plans_itself(spec.head_dim)
@@ -196,7 +198,7 @@ fn plan_tiled(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoic
     ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
     let (threads, shared_bytes) = match kernel {
         KernelChoice::TiledWgmma => (TILE_THREADS, tiled_wgmma_shared_bytes(spec.head_dim)),
-        KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim)),
+        KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim, spec.kv_dtype != spec.q_dtype)),
         _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
     };
     let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };

@@ -931,7 +931,7 @@ rpa_pipe_kernels! {
 }
 
 // A mixed batch's decode sequences (`RpaParams::decode_apart`): the tile kernels' dtypes (16-bit KV
-// of q's dtype), both layouts. Their longer prologue needs more registers at head_dim 128: at the
+// of q's dtype; fp8 KV, which the warp-specialized tile kernel takes on Hopper), both layouts. Their longer prologue needs more registers at head_dim 128: at the
 // row kernels' bounds the head-rows twins spilled 60 bytes (three blocks per SM, 168 registers)
 // and the key-rows twins 20 on sm_80 (four, 128), so they take one block per SM less (the host
 // plans each twin with its own residency; 16-bit KV's stages allow three at most anyway).
@@ -939,10 +939,18 @@ rpa_pipe_kernels! {
     key_rows = false, by_sequence = true;
     f16, f16 => rpa_pipe_seq_f16_f16_d64 64, rpa_pipe_seq_f16_f16_d128 128 @ 2, rpa_pipe_seq_f16_f16_d256 256;
     Bf16, Bf16 => rpa_pipe_seq_bf16_bf16_d64 64, rpa_pipe_seq_bf16_bf16_d128 128 @ 2, rpa_pipe_seq_bf16_bf16_d256 256;
+    f16, F8E4M3 => rpa_pipe_seq_f16_e4m3_d64 64, rpa_pipe_seq_f16_e4m3_d128 128 @ 2;
+    f16, F8E5M2 => rpa_pipe_seq_f16_e5m2_d64 64, rpa_pipe_seq_f16_e5m2_d128 128 @ 2;
+    Bf16, F8E4M3 => rpa_pipe_seq_bf16_e4m3_d64 64, rpa_pipe_seq_bf16_e4m3_d128 128 @ 2;
+    Bf16, F8E5M2 => rpa_pipe_seq_bf16_e5m2_d64 64, rpa_pipe_seq_bf16_e5m2_d128 128 @ 2;
 }
 
 rpa_pipe_kernels! {
     key_rows = true, by_sequence = true;
     f16, f16 => rpa_pipe_kr_seq_f16_f16_d64 64, rpa_pipe_kr_seq_f16_f16_d128 128 @ 3;
     Bf16, Bf16 => rpa_pipe_kr_seq_bf16_bf16_d64 64, rpa_pipe_kr_seq_bf16_bf16_d128 128 @ 3;
+    f16, F8E4M3 => rpa_pipe_kr_seq_f16_e4m3_d64 64, rpa_pipe_kr_seq_f16_e4m3_d128 128 @ 3;
+    f16, F8E5M2 => rpa_pipe_kr_seq_f16_e5m2_d64 64, rpa_pipe_kr_seq_f16_e5m2_d128 128 @ 3;
+    Bf16, F8E4M3 => rpa_pipe_kr_seq_bf16_e4m3_d64 64, rpa_pipe_kr_seq_bf16_e4m3_d128 128 @ 3;
+    Bf16, F8E5M2 => rpa_pipe_kr_seq_bf16_e5m2_d64 64, rpa_pipe_kr_seq_bf16_e5m2_d128 128 @ 3;
 }

@@ -5,19 +5,28 @@ use kernels_gpu::kernels::prefill::hopper::{ws_q_box, ws_q_by_tma, WS_BLOCK_KEYS
 use super::super::PagedAttention;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::runtime::TiledTensorMap;
+use crate::runtime::{MapElement, TiledTensorMap};
 
 /// The tensor map of the KV pool for the warp-specialized kernel's bulk copies: tokens × (2
 /// num_kv_heads K and V rows) × head_dim, boxes of 16 tokens (a page's 16-key block) × one row ×
-/// 64 dims (a 128-byte swizzled column block).
+/// 64 dims (a 128-byte swizzled column block); for fp8 KV, bytes, boxes of whole unswizzled rows
+/// (the kernel's converters widen them).
 pub fn kv_tensor_map(spec: &PagedAttention, kv: u64) -> Result<[u64; 16]> {
     let (d, rows) = (spec.head_dim as u64, 2 * spec.num_kv_heads as u64);
+    let fp8 = matches!(spec.kv_dtype, DType::F8E4M3FN | DType::F8E5M2);
+    let bytes = if fp8 { 1 } else { 2 };
     TiledTensorMap {
         address: kv,
         dims: [d, rows, spec.total_pages as u64 * spec.page_size as u64],
-        strides: [d * 2, rows * d * 2],
-        boxes: [64, 1, WS_BLOCK_KEYS],
-        bf16: spec.q_dtype == DType::BF16,
+        strides: [d * bytes, rows * d * bytes],
+        boxes: [if fp8 { spec.head_dim } else { 64 }, 1, WS_BLOCK_KEYS],
+        element: if fp8 {
+            MapElement::Bytes
+        } else if spec.q_dtype == DType::BF16 {
+            MapElement::Bf16
+        } else {
+            MapElement::F16
+        },
     }
     .encode()
 }
@@ -38,7 +47,7 @@ pub fn ws_token_tensor_map(spec: &PagedAttention, address: u64) -> Result<[u64; 
         dims: [d, heads, spec.max_tokens as u64],
         strides: [d * 2, heads * d * 2],
         boxes: ws_q_box(group),
-        bf16: spec.q_dtype == DType::BF16,
+        element: if spec.q_dtype == DType::BF16 { MapElement::Bf16 } else { MapElement::F16 },
     }
     .encode()
 }

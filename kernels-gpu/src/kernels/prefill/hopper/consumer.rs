@@ -1,10 +1,12 @@
 //! The consumer warpgroups: per tile S = Q Kᵀ, mask and online softmax, O += P V (`wgmma`), in
-//! FlashAttention 3's order, with the ping-pong between the two consumers.
+//! FlashAttention 3's order, with the ping-pong between the two consumers. With fp8 KV the
+//! operands are f16: each warp first scales its 16 rows of a bf16 Q tile into f16's range
+//! ([`q_to_f16_operand`]).
 
 use super::epilogue::{store_rows_staged, store_rows_tma};
 use super::layout::SharedLayout;
 use super::producer::item_keys;
-use super::{ws_keys, ws_q_slots, CONSUMER_M, WARPGROUP};
+use super::{ws_keys, ws_q_slots, WsKv, CONSUMER_M, WARPGROUP};
 use crate::attention::mask::mask_logits;
 use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
 use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitScale};
@@ -13,9 +15,55 @@ use crate::barrier::{self, ids};
 use crate::kernels::prefill::tiled::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
 use crate::kernels::unroll;
 use crate::mma::MmaElement;
+use crate::shared::{load_v4, store_v4};
 use crate::thread::thread_idx_x;
-use crate::warp::WARP_SIZE;
+use crate::warp::{lane_id, warp_max_f32, WARP_SIZE};
 use crate::wgmma;
+
+/// Rewrites warp `warp`'s 16 rows of a consumer's bf16 Q tile at `q_tile` (64-dim column blocks
+/// of 64 128-byte rows; each row's 16-byte chunks stay where they are) as f16 times a power of
+/// two, the warp's factor, chosen so that its largest |q| lands in `[2^14, 2^15)`: the tensor
+/// cores' f16 operands for fp8 KV. Returns the factor (1 for an all-zero tile); the logits then
+/// carry it, and the caller divides it out of their scale. The warp's rows are its S rows (the
+/// A operand's rows 16w..16w+16), so each warp's scale is its own. The caller publishes the
+/// writes to the tensor cores (a proxy fence and the warpgroup's barrier).
+#[inline(always)]
+unsafe fn q_to_f16_operand<const D: usize>(q_tile: u32, warp: u32) -> f32 {
+    // Chunks of the warp's rows: 128 per column block (16 rows x 8), D / 16 per lane.
+    let chunk_address = |j: u32| q_tile + (j / 128) * CONSUMER_M * 128 + warp * 16 * 128 + 16 * (j % 128);
+    let halves = |w: u32| (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000));
+    let lane = lane_id();
+    let mut largest = 0.0f32;
+    unroll::<16>(|i| {
+        if i >= D / 16 {
+            return;
+        }
+        let v = load_v4(chunk_address(lane + 32 * i as u32));
+        unroll::<4>(|r| {
+            let (lo, hi) = halves(v[r]);
+            largest = largest.max(lo.abs()).max(hi.abs());
+        });
+    });
+    let largest = warp_max_f32(largest);
+    // Unbiased exponent of the largest (zero: the factor is 1; the clamp keeps 2^shift normal).
+    let exponent = ((largest.to_bits() >> 23) & 0xff) as i32 - 127;
+    let shift = if largest == 0.0 { 0 } else { (14 - exponent).clamp(-126, 126) };
+    let factor = f32::from_bits(((shift + 127) as u32) << 23);
+    unroll::<16>(|i| {
+        if i >= D / 16 {
+            return;
+        }
+        let at = chunk_address(lane + 32 * i as u32);
+        let v = load_v4(at);
+        let mut out = [0u32; 4];
+        unroll::<4>(|r| {
+            let (lo, hi) = halves(v[r]);
+            out[r] = f16::pack2(lo * factor, hi * factor);
+        });
+        store_v4(at, out);
+    });
+    factor
+}
 
 /// Pins S's registers (64 or 128 keys: 32 or 64 f32) around a `wgmma` that writes them.
 #[inline(always)]
@@ -36,6 +84,8 @@ pub(super) fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn consume_item<
     Q: MmaElement,
+    KV: WsKv,
+    M: MmaElement,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -83,7 +133,25 @@ pub(super) unsafe fn consume_item<
     q_ring.wait(q_stage);
     let q_desc = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
 
-    let logit = LogitScale::new(p, true);
+    // fp8 KV: f16 operands, K's scale and q's factor on the logits (in f32).
+    let logit = if KV::FP8 {
+        let factor = if Q::IS_BF16 {
+            let factor = q_to_f16_operand::<D>(q_tile, warp);
+            // The rewritten tile before any warp's S product reads it (the async proxy).
+            wgmma::fence_proxy_async_shared();
+            if consumer == 0 {
+                barrier::sync_named::<{ ids::WS_Q_CONVERT.start }>(WARPGROUP)
+            } else {
+                barrier::sync_named::<{ ids::WS_Q_CONVERT.start + 1 }>(WARPGROUP)
+            }
+            factor
+        } else {
+            1.0
+        };
+        LogitScale::new(&RpaParams { sm_scale: p.sm_scale * p.k_scale / factor, ..*p }, true)
+    } else {
+        LogitScale::new(p, true)
+    };
     let mut o = [[0.0f32; 4]; NTILES];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0.0f32; 2];
@@ -159,9 +227,9 @@ pub(super) unsafe fn consume_item<
             let kd = wgmma::advance(k_desc, (k as u32 / 4) * keys * 128 + step);
             let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
             if KN == 16 {
-                wgmma::mma_m64n128k16_ss::<Q, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 64]), qd, kd, k > 0);
+                wgmma::mma_m64n128k16_ss::<M, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 64]), qd, kd, k > 0);
             } else {
-                wgmma::mma_m64n64k16_ss::<Q, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 32]), qd, kd, k > 0);
+                wgmma::mma_m64n64k16_ss::<M, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 32]), qd, kd, k > 0);
             }
         });
         wgmma::commit_group();
@@ -193,7 +261,7 @@ pub(super) unsafe fn consume_item<
         keep_s(&mut s);
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
         rescale.apply(&mut o);
-        pack_weights::<Q, KN, KSP>(&s, &mut pa);
+        pack_weights::<M, KN, KSP>(&s, &mut pa);
     }
     let mut i = ia + 1;
     while i < ib {
@@ -203,7 +271,7 @@ pub(super) unsafe fn consume_item<
         v_ring.wait(prev);
         turn_begin();
         issue_s(i, &mut s);
-        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
+        wgmma_pv_issue::<M, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
         turn_end();
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
@@ -215,13 +283,13 @@ pub(super) unsafe fn consume_item<
         wgmma::keep_fragments(&mut pa);
         v_ring.release(prev);
         rescale.apply(&mut o);
-        pack_weights::<Q, KN, KSP>(&s, &mut pa);
+        pack_weights::<M, KN, KSP>(&s, &mut pa);
         i += 1;
     }
     if ia < ib {
         let last = v_slot(ib - 1);
         v_ring.wait(last);
-        wgmma_pv_issue::<Q, NTILES, KSP>(&mut o, &pa, smem.v(last.index));
+        wgmma_pv_issue::<M, NTILES, KSP>(&mut o, &pa, smem.v(last.index));
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);
@@ -232,10 +300,14 @@ pub(super) unsafe fn consume_item<
         turn_begin();
         turn_end();
     }
+    if KV::FP8 {
+        // V's scale, in f32.
+        unroll::<NTILES>(|nt| unroll::<4>(|e| o[nt][e] *= p.v_scale));
+    }
     // Each warp owns its rows: normalize and write them. Every S product (the Q tile's only
     // reader: each consumer has its own) has completed, so the tile is free until this consumer
     // arrives on the slot's empty barrier, after which the loaders may refill the slot.
-    if ws_q_slots(D as u32) > 1 {
+    if ws_q_slots(D as u32, KV::FP8) > 1 {
         // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
         // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".) All
         // 64 rows in the item (this consumer's tokens): one bulk store per column block.

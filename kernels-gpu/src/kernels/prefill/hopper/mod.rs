@@ -54,6 +54,7 @@
 //! the host, `tiled_ws_applies`).
 
 mod consumer;
+mod converter;
 mod epilogue;
 mod layout;
 mod producer;
@@ -62,8 +63,10 @@ pub mod scheduler;
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
 use crate::kernel;
+use crate::fp8::pair_to_f16_exact;
+use crate::kernels::unroll;
 use crate::mma::MmaElement;
-use crate::num::Bf16;
+use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
@@ -73,8 +76,9 @@ use crate::warpgroup;
 use crate::attention::planner::{plan_bytes, plan_items, TiledPointers, NO_SEQUENCE, PLAN_THREADS};
 use crate::kernels::prefill::tiled::TILE_M;
 use consumer::consume_item;
-use layout::{q_tile_bytes, stage_bytes, SharedLayout};
-use producer::{load_q_item, load_q_item_tma, produce_item};
+use converter::convert_item;
+use layout::{data_bytes, tail_bytes, SharedLayout, STAGING_STAGES};
+use producer::{load_q_item, load_q_item_tma, produce_item, produce_item_fp8};
 use scheduler::{count_block_done, for_each_pair, plan_or_wait, publish_plan, store_maps, TileBlocks, WholeGrid};
 
 /// M rows (query row × query head pairs) of a tile item: 64 per consumer warpgroup.
@@ -94,14 +98,73 @@ pub const fn ws_keys(head_dim: u32) -> u32 {
 
 /// Slots of the Q ring for a head dim (a slot holds both consumers' Q tiles: 32 KiB at head_dim
 /// 128): two, so that the next item's Q lands while the current one runs; one at head_dim 256
-/// (64 KiB a slot), where shared memory holds no second.
-pub const fn ws_q_slots(head_dim: u32) -> u32 {
-    if head_dim > 128 {
+/// (64 KiB a slot), where shared memory holds no second, and with fp8 KV, whose staging rings
+/// take the second slot's room.
+pub const fn ws_q_slots(head_dim: u32, fp8: bool) -> u32 {
+    if head_dim > 128 || fp8 {
         1
     } else {
         MAX_Q_SLOTS
     }
 }
+
+/// Stages of the V ring: [`WS_V_STAGES`], or two with fp8 KV (whose staging rings give the
+/// copies their lead instead).
+pub const fn ws_v_stages(fp8: bool) -> u32 {
+    if fp8 {
+        2
+    } else {
+        WS_V_STAGES
+    }
+}
+
+/// Whether this kernel covers fp8 KV (e4m3 / e5m2, scaled or not, with f16 or bf16 q) at a head
+/// dim: 64 and 128 (at 256 the consumers' registers hold no room for Q's conversion).
+pub const fn ws_supports_fp8(head_dim: u32) -> bool {
+    head_dim == 64 || head_dim == 128
+}
+
+/// The KV pool's element type as this kernel takes it: q's own 16-bit type, copied into the K and
+/// V rings as the tensor cores read it; or fp8, copied raw into staging rings and widened there
+/// by the converter warps ([`converter`]) into f16 operands (every fp8 value is an f16; q enters
+/// as f16 too, scaled into f16's range per warp, and the scales apply in f32: `k_scale` and q's
+/// factor to the logits, `v_scale` to the output).
+pub(crate) trait WsKv: KvElement {
+    const FP8: bool;
+    /// 16 fp8 bytes (four little-endian words: dims `16c ..` in order) as eight packed f16 pairs,
+    /// exact for every byte. 16-bit types never call it.
+    fn widen_16(raw: [u32; 4]) -> [u32; 8];
+}
+
+macro_rules! ws_kv_16bit {
+    ($($t:ty),*) => {$(
+        impl WsKv for $t {
+            const FP8: bool = false;
+            fn widen_16(_: [u32; 4]) -> [u32; 8] {
+                unreachable!("16-bit KV is its own operand (FP8 is false)")
+            }
+        }
+    )*};
+}
+ws_kv_16bit!(f16, Bf16);
+
+macro_rules! ws_kv_fp8 {
+    ($($t:ty),*) => {$(
+        impl WsKv for $t {
+            const FP8: bool = true;
+            #[inline(always)]
+            fn widen_16(raw: [u32; 4]) -> [u32; 8] {
+                let mut out = [0u32; 8];
+                unroll::<4>(|w| {
+                    out[2 * w] = pair_to_f16_exact::<$t>(raw[w], 0);
+                    out[2 * w + 1] = pair_to_f16_exact::<$t>(raw[w], 1);
+                });
+                out
+            }
+        }
+    )*};
+}
+ws_kv_fp8!(F8E4M3, F8E5M2);
 /// Threads per block: the producer warpgroup and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
 /// Stages of the K ring and of the V ring (a stage of K or V is 32 KiB at head_dim 128). V gets
@@ -109,12 +172,16 @@ pub const WS_THREADS: u32 = 384;
 /// stage (after P V, not after S), and a third stage gives its copy a tile more of lead.
 pub const WS_K_STAGES: u32 = 2;
 pub const WS_V_STAGES: u32 = 3;
-/// Stages of both rings.
-const KV_STAGES: u32 = WS_K_STAGES + WS_V_STAGES;
 /// Most slots of the Q ring ([`ws_q_slots`]; the barriers are laid out for this many).
 const MAX_Q_SLOTS: u32 = 2;
 /// Threads of the producer warpgroup that load Q: its warps 2 and 3 (warps 0 and 1 load K and V).
+/// With fp8 KV warp 0 loads K and V, warp 1 Q, and warps 2 and 3 widen the staged tiles (the
+/// converters): a warp that waits for an item's Q slot (`mbarrier.try_wait` suspends it) must
+/// not hold lanes that convert.
 const Q_LOADERS: u32 = WARPGROUP - 2 * WARP_SIZE;
+const Q_LOADERS_FP8: u32 = WARP_SIZE;
+/// Threads of the converters (fp8 KV): the producer warpgroup's warps 2 and 3.
+pub(super) const CONVERTERS: u32 = 2 * WARP_SIZE;
 /// Slots of the schedule ring (pair indices thread 0 fetched, read by every thread).
 const SCHED_SLOTS: u32 = 4;
 /// Keys of one bulk copy: a 16-key block of one page (page sizes are multiples of 16).
@@ -131,6 +198,10 @@ pub const CONSUMER_M: u32 = 64;
 /// with ptxas 13.0.
 const PRODUCER_REGISTERS: u32 = 48;
 const CONSUMER_REGISTERS: u32 = 224;
+/// With fp8 KV the producer's warps 2 and 3 widen the staged tiles: 128 x 56 + 256 x 216 <= 384
+/// x 168 (at 48 / 224 ptxas 13.0 spilled 16-24 bytes, at 56 / 216 none).
+const PRODUCER_REGISTERS_FP8: u32 = 56;
+const CONSUMER_REGISTERS_FP8: u32 = 216;
 /// At head_dim 256 (O alone is 128 registers): 128 x 24 + 256 x 240 = 384 x 168.
 const PRODUCER_REGISTERS_D256: u32 = 24;
 const CONSUMER_REGISTERS_D256: u32 = 240;
@@ -138,8 +209,9 @@ const CONSUMER_REGISTERS_D256: u32 = 240;
 const FULL_ARRIVALS: u32 = 1;
 /// Arrivals that empty a stage (or a Q slot): every consumer thread, once it has read it.
 const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
-/// Mbarriers: full and empty for each K and V stage, each Q slot and each schedule slot.
-const BARRIERS: u32 = 2 * KV_STAGES + 2 * MAX_Q_SLOTS + 2 * SCHED_SLOTS;
+/// Mbarriers: full and empty for each K and V stage, each Q slot, each schedule slot and each
+/// fp8 staging stage (K and V).
+const BARRIERS: u32 = 2 * (WS_K_STAGES + WS_V_STAGES) + 2 * MAX_Q_SLOTS + 2 * SCHED_SLOTS + 4 * STAGING_STAGES;
 
 /// Whether this kernel covers a head size and GQA group (16-bit KV of q's dtype): head_dim 64,
 /// 128 or 256, the tiled kernel's groups.
@@ -202,15 +274,12 @@ pub const fn ws_q_box(group: u32) -> [u32; 3] {
 }
 
 /// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
-/// ring (two consumers' Q tiles per slot), the K and V rings, then the mbarriers, the presence
-/// masks (with K) and the schedule ring. At head_dim 128 and 256: 225 KiB (one block per
-/// multiprocessor, as its registers allow anyway; 227 KiB is the most a block may take).
-pub const fn ws_shared_bytes(head_dim: u32) -> u32 {
-    1024 + 2 * ws_q_slots(head_dim) * q_tile_bytes(head_dim)
-        + KV_STAGES * stage_bytes(head_dim)
-        + 8 * BARRIERS
-        + WS_K_STAGES * (ws_keys(head_dim) / 8)
-        + 4 * SCHED_SLOTS
+/// ring (two consumers' Q tiles per slot), the K and V rings (with fp8 KV, the staging rings),
+/// then the mbarriers, the presence masks (with K) and the schedule ring. At head_dim 128 and
+/// 256: 225 KiB (one block per multiprocessor, as its registers allow anyway; 227 KiB is the most
+/// a block may take).
+pub const fn ws_shared_bytes(head_dim: u32, fp8: bool) -> u32 {
+    1024 + data_bytes(head_dim, fp8) + 8 * BARRIERS + tail_bytes(head_dim)
 }
 
 /// The warp-specialized kernel's body (see the module docs) as block `grid.block` of
@@ -219,6 +288,8 @@ pub const fn ws_shared_bytes(head_dim: u32) -> u32 {
 #[inline(always)]
 pub(crate) unsafe fn rpa_tiled_ws<
     Q: MmaElement,
+    KV: WsKv,
+    M: MmaElement,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -236,7 +307,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
         assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
         // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
         assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
+        // fp8 KV: f16 operands at head dims 64 and 128; else q's own.
+        assert!(!KV::FP8 || (ws_supports_fp8(D as u32) && !M::IS_BF16), "fp8 KV: f16 operands");
     };
+    let fp8 = KV::FP8;
     // Launched programmatically (sm_90 image): the kernel after this one may launch once every
     // block has started; it waits for this grid's end before touching what this one does.
     crate::grid_dependency::launch_dependents();
@@ -249,13 +323,21 @@ pub(crate) unsafe fn rpa_tiled_ws<
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
     let base = (raw_address + 1023) & !1023;
-    let smem = SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32 };
+    let smem = SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32, fp8 };
     let tid = thread_idx_x();
     if tid == 0 {
-        smem.k_ring().init(FULL_ARRIVALS, EMPTY_ARRIVALS);
-        smem.v_ring().init(FULL_ARRIVALS, EMPTY_ARRIVALS);
-        smem.q_ring().init(if q_by_tma { 1 } else { Q_LOADERS }, EMPTY_ARRIVALS);
+        // With fp8 KV the converters fill the K and V stages (each of them arrives), and the
+        // bulk copies the staging stages, which the converters empty.
+        let kv_fill = if fp8 { CONVERTERS } else { FULL_ARRIVALS };
+        smem.k_ring().init(kv_fill, EMPTY_ARRIVALS);
+        smem.v_ring().init(kv_fill, EMPTY_ARRIVALS);
+        let q_loaders = if fp8 { Q_LOADERS_FP8 } else { Q_LOADERS };
+        smem.q_ring().init(if q_by_tma { 1 } else { q_loaders }, EMPTY_ARRIVALS);
         smem.sched_ring().init(1, WS_THREADS);
+        if fp8 {
+            smem.k8_ring().init(FULL_ARRIVALS, CONVERTERS);
+            smem.v8_ring().init(FULL_ARRIVALS, CONVERTERS);
+        }
     }
     if tagged_plan {
         // (Its block barriers order the mbarriers' initialization before their use too.)
@@ -273,10 +355,14 @@ pub(crate) unsafe fn rpa_tiled_ws<
     if role == 0 {
         if D > 128 {
             warpgroup::release_registers::<PRODUCER_REGISTERS_D256>();
+        } else if fp8 {
+            warpgroup::release_registers::<PRODUCER_REGISTERS_FP8>();
         } else {
             warpgroup::release_registers::<PRODUCER_REGISTERS>();
         }
-        if tid < 2 * WARP_SIZE {
+        if fp8 {
+            produce_fp8::<Q, KV, D, PW, G>(&ptr, &p, smem, grid, q_by_tma, &mut tiles, &mut items);
+        } else if tid < 2 * WARP_SIZE {
             let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::KeysValues);
             tma::acquire_map(map);
             if tid < WARP_SIZE {
@@ -333,7 +419,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
                 #[inline(always)]
                 |seq, r0, rc, g| {
                     if seq != NO_SEQUENCE {
-                        load_q_item::<Q, D>(&ptr, &p, smem, tid - 2 * WARP_SIZE, &mut items, r0, rc, g)
+                        load_q_item::<Q, D>(&ptr, &p, smem, tid - 2 * WARP_SIZE, Q_LOADERS, &mut items, r0, rc, g)
                     }
                 },
             );
@@ -341,6 +427,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
     } else {
         if D > 128 {
             warpgroup::claim_registers::<CONSUMER_REGISTERS_D256>();
+        } else if fp8 {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS_FP8>();
         } else {
             warpgroup::claim_registers::<CONSUMER_REGISTERS>();
         }
@@ -365,7 +453,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
             grid,
             #[inline(always)]
             |seq, r0, rc, g| {
-                consume_item::<Q, D, KSTEPS, NTILES, KN, KSP, PW>(
+                consume_item::<Q, KV, M, D, KSTEPS, NTILES, KN, KSP, PW>(
                     &ptr, &p, smem, consumer, o_map, &mut tiles, &mut items, seq, r0, rc, g,
                 )
             },
@@ -387,6 +475,77 @@ pub(crate) unsafe fn rpa_tiled_ws<
             // grid only, find the decode rows written too.
             crate::grid_dependency::wait_for_prerequisites();
         }
+    }
+}
+
+/// The producer warpgroup with fp8 KV (see [`Q_LOADERS`]): warp 0 copies K and V into the staging
+/// rings, warp 1 loads each item's Q, warps 2 and 3 widen the staged tiles into the K and V
+/// rings ([`convert_item`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn produce_fp8<Q: MmaElement, KV: WsKv, const D: usize, const PW: usize, G: TileBlocks>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    grid: G,
+    q_by_tma: bool,
+    tiles: &mut u32,
+    items: &mut u32,
+) {
+    let tid = thread_idx_x();
+    let warp = tid / WARP_SIZE;
+    if warp == 0 {
+        let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::KeysValues);
+        tma::acquire_map(map);
+        for_each_pair(
+            ptr,
+            p,
+            smem,
+            grid,
+            #[inline(always)]
+            |seq, r0, rc, g| {
+                if seq != NO_SEQUENCE {
+                    produce_item_fp8::<Q, D, PW>(ptr, p, smem, map, tiles, seq, r0, rc, g)
+                }
+            },
+        );
+    } else if warp == 1 {
+        let lane = tid % WARP_SIZE;
+        let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Queries);
+        if q_by_tma && lane == 0 {
+            tma::acquire_map(q_map);
+        }
+        for_each_pair(
+            ptr,
+            p,
+            smem,
+            grid,
+            #[inline(always)]
+            |seq, r0, rc, g| {
+                if seq != NO_SEQUENCE {
+                    if q_by_tma {
+                        if lane == 0 {
+                            load_q_item_tma::<D>(p, smem, q_map, items, r0, g)
+                        }
+                    } else {
+                        load_q_item::<Q, D>(ptr, p, smem, lane, Q_LOADERS_FP8, items, r0, rc, g)
+                    }
+                }
+            },
+        );
+    } else {
+        for_each_pair(
+            ptr,
+            p,
+            smem,
+            grid,
+            #[inline(always)]
+            |seq, r0, rc, _| {
+                if seq != NO_SEQUENCE {
+                    convert_item::<Q, KV, D, PW>(ptr, p, smem, tid - 2 * WARP_SIZE, tiles, seq, r0, rc)
+                }
+            },
+        );
     }
 }
 
@@ -430,10 +589,11 @@ pub unsafe fn rpa_plan_ws(
     }
 }
 
-/// One warp-specialized kernel per (q dtype = KV dtype, head_dim): `rpa_tile_ws_<q>_<q>_d<D>`,
-/// with the head dim's keys per tile ([`ws_keys`]).
+/// One warp-specialized kernel per (q dtype, KV dtype, head_dim): `rpa_tile_ws_<q>_<kv>_d<D>`,
+/// with the head dim's keys per tile ([`ws_keys`]) and the tensor cores' operand type (q's for
+/// 16-bit KV of q's dtype, f16 for fp8 KV).
 macro_rules! rpa_tile_ws_kernels {
-    ($( $name:ident: $q:ty, $d:literal, $keys:literal; )*) => {$(
+    ($( $name:ident: $q:ty, $kv:ty, $m:ty, $d:literal, $keys:literal; )*) => {$(
         /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
         /// per tile item: one launch per call where it plans itself (a nonzero
         /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]; after the
@@ -459,12 +619,13 @@ macro_rules! rpa_tile_ws_kernels {
         #[kernel(max_threads = 384)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
-            q: *const $q, kv: *const $q, kv_lens: *const i32, page_indices: *const i32,
+            q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
-            rpa_tiled_ws::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
-                TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
+            rpa_tiled_ws::<$q, $kv, $m, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
+                // The kernel reads K/V through the tensor map alone.
+                TiledPointers { q, kv: kv as *const $q, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
                 [&map, &q_map, &o_map],
                 WholeGrid,
@@ -475,12 +636,20 @@ macro_rules! rpa_tile_ws_kernels {
 
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 rpa_tile_ws_kernels! {
-    rpa_tile_ws_f16_f16_d64: f16, 64, 128;
-    rpa_tile_ws_f16_f16_d128: f16, 128, 128;
-    rpa_tile_ws_f16_f16_d256: f16, 256, 64;
-    rpa_tile_ws_bf16_bf16_d64: Bf16, 64, 128;
-    rpa_tile_ws_bf16_bf16_d128: Bf16, 128, 128;
-    rpa_tile_ws_bf16_bf16_d256: Bf16, 256, 64;
+    rpa_tile_ws_f16_f16_d64: f16, f16, f16, 64, 128;
+    rpa_tile_ws_f16_f16_d128: f16, f16, f16, 128, 128;
+    rpa_tile_ws_f16_f16_d256: f16, f16, f16, 256, 64;
+    rpa_tile_ws_bf16_bf16_d64: Bf16, Bf16, Bf16, 64, 128;
+    rpa_tile_ws_bf16_bf16_d128: Bf16, Bf16, Bf16, 128, 128;
+    rpa_tile_ws_bf16_bf16_d256: Bf16, Bf16, Bf16, 256, 64;
+    rpa_tile_ws_f16_e4m3_d64: f16, F8E4M3, f16, 64, 128;
+    rpa_tile_ws_f16_e4m3_d128: f16, F8E4M3, f16, 128, 128;
+    rpa_tile_ws_f16_e5m2_d64: f16, F8E5M2, f16, 64, 128;
+    rpa_tile_ws_f16_e5m2_d128: f16, F8E5M2, f16, 128, 128;
+    rpa_tile_ws_bf16_e4m3_d64: Bf16, F8E4M3, f16, 64, 128;
+    rpa_tile_ws_bf16_e4m3_d128: Bf16, F8E4M3, f16, 128, 128;
+    rpa_tile_ws_bf16_e5m2_d64: Bf16, F8E5M2, f16, 64, 128;
+    rpa_tile_ws_bf16_e5m2_d128: Bf16, F8E5M2, f16, 128, 128;
 }
 
 #[cfg(test)]
@@ -490,8 +659,11 @@ mod tests {
     #[test]
     fn shared_memory_fits_a_hopper_block() {
         // 227 KiB is the most a block may take on sm_90.
-        assert!(ws_shared_bytes(128) <= 227 * 1024);
-        assert!(ws_shared_bytes(64) <= ws_shared_bytes(128));
+        for fp8 in [false, true] {
+            assert!(ws_shared_bytes(128, fp8) <= 227 * 1024, "fp8 {fp8}");
+            assert!(ws_shared_bytes(64, fp8) <= ws_shared_bytes(128, fp8));
+        }
+        assert!(ws_shared_bytes(256, false) <= 227 * 1024);
     }
 
     #[test]
@@ -499,6 +671,8 @@ mod tests {
         // 65536 registers per multiprocessor; 384 threads get at most 168 each (a multiple of 8).
         const { assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168) };
         const { assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8)) };
+        const { assert!(WARPGROUP * PRODUCER_REGISTERS_FP8 + 2 * WARPGROUP * CONSUMER_REGISTERS_FP8 <= WS_THREADS * 168) };
+        const { assert!(PRODUCER_REGISTERS_FP8.is_multiple_of(8) && CONSUMER_REGISTERS_FP8.is_multiple_of(8)) };
         assert_eq!(WS_THREADS, 3 * WARPGROUP);
     }
 }

@@ -1,8 +1,10 @@
 //! The producer warpgroup: K and V tiles by TMA into their rings, with the tiles' key presence
-//! (warps 0 and 1), and each item's Q tile (warps 2 and 3).
+//! (warps 0 and 1), and each item's Q tile (warps 2 and 3). With fp8 KV ([`produce_item_fp8`]):
+//! K and V raw into the staging rings (warp 0), Q (warp 1), and the converters (warps 2 and 3,
+//! [`super::converter`]).
 
 use super::layout::{q_tile_bytes, SharedLayout};
-use super::{ws_keys, CONSUMER_M, Q_LOADERS, WS_BLOCK_KEYS};
+use super::{ws_keys, CONSUMER_M, WS_BLOCK_KEYS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
@@ -126,8 +128,78 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
     }
 }
 
-/// The Q loaders' part of one item (the producer warpgroup's warps 2 and 3, `loader` 0..64): once the
-/// item's Q slot is empty, both consumers' 64 M rows into their tiles, laid out as K is (64-dim
+/// The K/V warp's part of one item with fp8 KV (the producer's warp 0): for each key tile, lane
+/// `b` < 8 finds its 16-key block's token as [`produce_item`] does; then K (with the presence
+/// words, in the K staging stage's slot) and V, each once its staging stage is empty: one bulk
+/// copy per block of the raw rows, unswizzled (key `k` of the tile at `k * D` bytes). One warp
+/// for both: a copy per block and operand is 16 per tile, as many as one 16-bit warp issues.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn produce_item_fp8<Q, const D: usize, const PW: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    map: u64,
+    tiles: &mut u32,
+    seq: u32,
+    r0: u32,
+    rc: u32,
+    g: u32,
+) {
+    let lane = lane_id();
+    let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
+    let keys = ws_keys(D as u32);
+    let num_tiles = (hi - lo).div_ceil(keys);
+    let k_head = 2 * g as i32;
+    let tile_bytes = keys * D as u32;
+    let blocks = keys / WS_BLOCK_KEYS;
+    let first_tile = *tiles;
+    *tiles += num_tiles;
+    let block_offset = lane * WS_BLOCK_KEYS * D as u32;
+    let (k8, v8) = (smem.k8_ring(), smem.v8_ring());
+    for i in 0..num_tiles {
+        let n = first_tile + i;
+        let tile_base = lo + i * keys;
+        let j = tile_base + lane * WS_BLOCK_KEYS;
+        let mut token = -(WS_BLOCK_KEYS as i32);
+        if lane < blocks && j < hi {
+            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
+            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
+            if page_is_valid(page, p.total_pages) {
+                token = (page as u32 * p.page_size + in_page) as i32;
+            }
+        }
+        let valid_blocks = warp_ballot(token >= 0);
+        let ks = k8.stage(n);
+        k8.acquire(ks);
+        if lane == 0 {
+            let keys = hi - tile_base;
+            let presence = smem.staged_presence(ks.index);
+            unroll::<PW>(|w| {
+                let blocks = (valid_blocks >> (2 * w)) & 3;
+                let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
+                *presence.add(w) = spread & keys_below(keys, 32 * w as u32);
+            });
+            k8.commit_bytes(ks, tile_bytes);
+        }
+        sync_warp();
+        if lane < blocks {
+            tma::load_3d(smem.k8(ks.index) + block_offset, map, 0, k_head, token, k8.full_barrier(ks));
+        }
+        let vs = v8.stage(n);
+        v8.acquire(vs);
+        if lane == 0 {
+            v8.commit_bytes(vs, tile_bytes);
+        }
+        sync_warp();
+        if lane < blocks {
+            tma::load_3d(smem.v8(vs.index) + block_offset, map, 0, k_head + 1, token, v8.full_barrier(vs));
+        }
+    }
+}
+
+/// The Q loaders' part of one item (the producer warpgroup's warps 2 and 3, `loader` 0..64 of
+/// `loaders`; with fp8 KV warp 1, 0..32): once the item's Q slot is empty, both consumers' 64 M rows into their tiles, laid out as K is (64-dim
 /// column blocks of 128-byte rows, swizzled), rows past the item zero-filled; then each loader
 /// waits for its copies, makes them visible to the tensor cores' async proxy and arrives on the
 /// slot's full barrier. `items`: the block's count of sequence items.
@@ -138,6 +210,7 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
     p: &RpaParams,
     smem: SharedLayout,
     loader: u32,
+    loaders: u32,
     items: &mut u32,
     r0: u32,
     rc: u32,
@@ -161,7 +234,7 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
         let tile = smem.q(stage.index, m / CONSUMER_M);
         let dst = tile + (chunk / 8) * CONSUMER_M * 128 + wgmma::swizzled_128b_offset(m % CONSUMER_M, chunk % 8);
         cp_async_16(dst, src as *const u8, r < rc, no_hint);
-        c += Q_LOADERS;
+        c += loaders;
     }
     commit_group();
     wait_all();

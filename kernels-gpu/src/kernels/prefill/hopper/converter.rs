@@ -1,0 +1,119 @@
+//! The converters (fp8 KV only): the producer warpgroup's warps 2 and 3 widen each staged fp8 K
+//! and V tile into the K and V rings the consumers read, as f16 operands in the 128-byte swizzle
+//! the bulk copies of 16-bit KV write. Every fp8 value is an f16: the widening is exact (one
+//! `cvt.rn.f16x2.e4m3x2` per pair of E4M3 bytes, a byte permute per pair of E5M2), and the
+//! scales apply in f32 in the consumers.
+//!
+//! Per tile, K one tile ahead of V (the consumers read K of tile i before V of tile i - 1): wait
+//! for the staging stage's bytes and for the operand stage to be empty, widen the tile (each
+//! converter 16-byte chunks `c, c + 64, ...`: one chunk of 16 raw bytes to two chunks of f16),
+//! copy K's presence words along, make the writes visible to the tensor cores (the async proxy),
+//! then arrive on the operand stage's full barrier and the staging stage's empty one.
+
+use super::layout::SharedLayout;
+use super::producer::item_keys;
+use super::{ws_keys, WsKv, CONVERTERS};
+use crate::attention::planner::TiledPointers;
+use crate::attention::RpaParams;
+use crate::kernels::prefill::tiled::ItemRows;
+use crate::kernels::unroll;
+use crate::math::opaque_u32;
+use crate::shared::{load_v4, store_v4};
+use crate::wgmma::{self, swizzled_128b_offset};
+
+/// Widens one staged tile (`staged`, key `k` at `k * D` bytes) into the operand tile at `tile`
+/// (64-dim column blocks of `keys` 128-byte rows, swizzled); `converter`: 0..[`CONVERTERS`].
+///
+/// Converter `t` takes the 16-byte chunks `t + CONVERTERS i`: with `D / 16` chunks a key row, its
+/// chunks are always the same dims (`16 (t % (D / 16))` ..) of every `CONVERTERS / (D / 16)`-th key,
+/// a multiple of 8 keys apart, so the swizzle (key % 8) stays too: each step moves the source by
+/// `16 CONVERTERS` bytes and the destination by `CONVERTERS / (D / 16)` rows, no index arithmetic.
+/// The next chunk is loaded before the current one is widened (their loads overlap). A loop, not
+/// unrolled: unrolled, ptxas kept every chunk's addresses and spilled the producer's registers.
+#[inline(always)]
+unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter: u32) {
+    let keys = ws_keys(D as u32);
+    let row_chunks = D as u32 / 16;
+    const { assert!(CONVERTERS.is_multiple_of(8 * 8), "key steps of whole swizzle atoms at D <= 128") };
+    let (key, chunk) = (converter / row_chunks, converter % row_chunks);
+    // Dims 16 chunk .. + 16: column block chunk / 4, its 16-byte chunks 2 (chunk % 4) and + 1.
+    let first = 2 * (chunk % 4);
+    let mut to = tile + (chunk / 4) * keys * 128 + swizzled_128b_offset(key, first);
+    let second = swizzled_128b_offset(key, first + 1) as i32 - swizzled_128b_offset(key, first) as i32;
+    let to_step = (CONVERTERS / row_chunks) * 128;
+    let mut from = staged + 16 * converter;
+    let end = staged + opaque_u32(keys * D as u32);
+    let mut raw = load_v4(from);
+    while from < end {
+        let next = from + 16 * CONVERTERS;
+        // (Past the tile on the last step: inside the block's shared memory, and unused.)
+        let ahead = load_v4(next.min(end - 16));
+        let wide = KV::widen_16(raw);
+        store_v4(to, [wide[0], wide[1], wide[2], wide[3]]);
+        store_v4(to.wrapping_add_signed(second), [wide[4], wide[5], wide[6], wide[7]]);
+        raw = ahead;
+        from = next;
+        to += to_step;
+    }
+}
+
+/// One tile's hand-over (tile counter `n`) from the K staging ring to the K ring, with the
+/// tile's presence words (`VALUES` false), or from the V staging ring to the V ring.
+#[inline(always)]
+unsafe fn convert_tile<KV: WsKv, const D: usize, const PW: usize, const VALUES: bool>(
+    smem: SharedLayout,
+    n: u32,
+    converter: u32,
+) {
+    let (staging, operands) = if VALUES { (smem.v8_ring(), smem.v_ring()) } else { (smem.k8_ring(), smem.k_ring()) };
+    let (s8, s) = (staging.stage(n), operands.stage(n));
+    staging.wait(s8);
+    operands.acquire(s);
+    if VALUES {
+        widen_tile::<KV, D>(smem.v8(s8.index), smem.v(s.index), converter);
+    } else {
+        widen_tile::<KV, D>(smem.k8(s8.index), smem.k(s.index), converter);
+        if converter == 0 {
+            let (from, to) = (smem.staged_presence(s8.index), smem.presence(s.index));
+            unroll::<PW>(|w| *to.add(w) = *from.add(w));
+        }
+    }
+    // The tensor cores read the stage through the async proxy.
+    wgmma::fence_proxy_async_shared();
+    operands.commit(s);
+    staging.release(s8);
+}
+
+/// A converter's part of one item (`converter` 0..[`CONVERTERS`]): every K and V tile of the item,
+/// in the order the consumers read them (K of tile i, then V of tile i - 1). `tiles`: the block's
+/// tile counter (every role counts the same tiles).
+///
+/// # Safety
+/// The producer's warps fill the staging rings for the same items and tiles; every converter
+/// calls it for every item.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn convert_item<Q, KV: WsKv, const D: usize, const PW: usize>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    smem: SharedLayout,
+    converter: u32,
+    tiles: &mut u32,
+    seq: u32,
+    r0: u32,
+    rc: u32,
+) {
+    let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
+    let keys = ws_keys(D as u32);
+    let num_tiles = (hi - lo).div_ceil(keys);
+    let first_tile = *tiles;
+    *tiles += num_tiles;
+    for i in 0..=num_tiles {
+        if i < num_tiles {
+            convert_tile::<KV, D, PW, false>(smem, first_tile + i, converter);
+        }
+        if i > 0 {
+            convert_tile::<KV, D, PW, true>(smem, first_tile + i - 1, converter);
+        }
+    }
+}
