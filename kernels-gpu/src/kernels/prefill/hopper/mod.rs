@@ -37,6 +37,13 @@
 //!   tile with bulk tensor stores through the output's map; else each warp reads its rows back
 //!   and writes them with 16-byte stores.
 //!
+//! With fp8 KV (e4m3 / e5m2, head dims 64 and 128, [`WsKv`]) the tensor cores take f16 operands:
+//! the producer's warp 0 copies each tile's raw K and V bytes into two staging rings (one bulk
+//! copy per 16-key block, unswizzled), warp 1 loads Q, and warps 2 and 3 ([`converter`]) widen
+//! the staged tiles into the K and V rings; each consumer warp rewrites its rows of the Q tile as
+//! f16 scaled into range, and the KV scales apply in f32 (`k_scale` on the logits, `v_scale` on
+//! O). The Q ring has one slot and the V ring two stages there, to make room for the staging.
+//!
 //! Keys are visited from the item's first key rounded down to a multiple of 16 (the copies move
 //! whole 16-key blocks of a page; the keys before the first are masked as for any row that cannot
 //! see them). A block on a page outside the pool, or past the item's keys, is copied from
