@@ -27,6 +27,10 @@ use crate::wgmma;
 /// carry it, and the caller divides it out of their scale. The warp's rows are its S rows (the
 /// A operand's rows 16w..16w+16), so each warp's scale is its own. The caller publishes the
 /// writes to the tensor cores (a proxy fence and the warpgroup's barrier).
+///
+/// # Safety
+/// `q_tile` is the consumer's Q tile in this block's shared memory, its bytes landed (the Q
+/// slot's full barrier waited for), read and written by no other warp until the caller's barrier.
 #[inline(always)]
 unsafe fn q_to_f16_operand<const D: usize>(q_tile: u32, warp: u32) -> f32 {
     // Chunks of the warp's rows: 128 per column block (16 rows x 8), D / 16 per lane.

@@ -30,6 +30,11 @@ use crate::wgmma::{self, swizzled_128b_offset};
 /// `16 CONVERTERS` bytes and the destination by `CONVERTERS / (D / 16)` rows, no index arithmetic.
 /// The next chunk is loaded before the current one is widened (their loads overlap). A loop, not
 /// unrolled: unrolled, ptxas kept every chunk's addresses and spilled the producer's registers.
+///
+/// # Safety
+/// `staged` holds a staged tile whose bytes have landed (its full barrier waited for) and `tile`
+/// an operand stage this thread's converters own (its empty barrier waited for), both in this
+/// block's shared memory.
 #[inline(always)]
 unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter: u32) {
     let keys = ws_keys(D as u32);
@@ -46,7 +51,7 @@ unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter
     let mut raw = load_v4(from);
     while from < end {
         let next = from + 16 * CONVERTERS;
-        // (Past the tile on the last step: inside the block's shared memory, and unused.)
+        // (On the last step, a chunk of the tile again, unused: the load stays inside it.)
         let ahead = load_v4(next.min(end - 16));
         let wide = KV::widen_16(raw);
         store_v4(to, [wide[0], wide[1], wide[2], wide[3]]);
@@ -59,6 +64,10 @@ unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter
 
 /// One tile's hand-over (tile counter `n`) from the K staging ring to the K ring, with the
 /// tile's presence words (`VALUES` false), or from the V staging ring to the V ring.
+///
+/// # Safety
+/// Every converter calls it for the same tiles in the same order, the producer filling the
+/// staging rings for them; the rings are initialized ([`super::rpa_tiled_ws`]).
 #[inline(always)]
 unsafe fn convert_tile<KV: WsKv, const D: usize, const PW: usize, const VALUES: bool>(
     smem: SharedLayout,

@@ -488,6 +488,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
 /// The producer warpgroup with fp8 KV (see [`Q_LOADERS`]): warp 0 copies K and V into the staging
 /// rings, warp 1 loads each item's Q, warps 2 and 3 widen the staged tiles into the K and V
 /// rings ([`convert_item`]).
+///
+/// # Safety
+/// Every thread of the producer warpgroup calls it once, after the block's rings are initialized
+/// and the plan is ready ([`rpa_tiled_ws`]), with the pointers and maps of the kernel's call.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn produce_fp8<Q: MmaElement, KV: WsKv, const D: usize, const PW: usize, G: TileBlocks>(

@@ -133,6 +133,10 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
 /// words, in the K staging stage's slot) and V, each once its staging stage is empty: one bulk
 /// copy per block of the raw rows, unswizzled (key `k` of the tile at `k * D` bytes). One warp
 /// for both: a copy per block and operand is 16 per tile, as many as one 16-bit warp issues.
+///
+/// # Safety
+/// One whole warp calls it for every item of the block's walk, `map` the
+/// call's KV pool map (fp8, bytes) acquired, the staging rings initialized.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn produce_item_fp8<Q, const D: usize, const PW: usize>(
