@@ -577,11 +577,8 @@ fn check_tiled_cases_with(kernel: KernelChoice, cases: usize, big: bool) {
         // every 12 (bf16 and f16 q, both head dims; e4m3, then e5m2 every other 12), scaled or
         // with every finite byte value in K.
         let ws = kernel == KernelChoice::TiledWarpSpecialized;
-        let kv_dtype = if ws && head_dim != 256 && i % 12 < 3 {
-            [DType::F8E4M3FN, DType::F8E5M2][(i / 12) % 2]
-        } else {
-            q_dtype
-        };
+        let kv_dtype =
+            if ws && head_dim != 256 && i % 12 < 3 { [DType::F8E4M3FN, DType::F8E5M2][(i / 12) % 2] } else { q_dtype };
         let mut case = random_case(&mut rng, q_dtype, kv_dtype, head_dim, nkv, group, page_size, &seqs, pad);
         if kv_dtype != q_dtype {
             if (i / 3) % 2 == 0 {
@@ -1048,7 +1045,9 @@ fn decode_rows_apart_match_cpu() {
         }
         let cpu = case.cpu_output();
         let label = |how: &str| {
-            format!("case {i} {how}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}")
+            format!(
+                "case {i} {how}: {q_dtype}/{kv_dtype} d{head_dim} p{page_size} kv{nkv}x{group} pad {pad} seqs {seqs:?}"
+            )
         };
         for (image, module) in modules {
             let ctx = unsafe { module.for_stream(stream.cu_stream()) }.unwrap();

@@ -232,7 +232,8 @@ pub mod ids {
     }
 
     // The roles that share a block.
-    const _: () = assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE, WS_Q_CONVERT]), "a warp-specialized prefill block");
+    const _: () =
+        assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE, WS_Q_CONVERT]), "a warp-specialized prefill block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS]), "a pipelined decode block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS, MIX_DECODE_GROUPS]), "a mix's decode block");
 }

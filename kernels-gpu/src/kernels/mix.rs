@@ -185,7 +185,10 @@ mod tests {
     fn three_decode_groups_of_two_stages_fit_the_tile_kernels_shared_memory() {
         assert_eq!(MIX_GROUPS, 3);
         for d in [64, 128] {
-            assert!(MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d, false), "head_dim {d}");
+            assert!(
+                MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d, false),
+                "head_dim {d}"
+            );
         }
     }
 

@@ -198,7 +198,9 @@ fn plan_tiled(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoic
     ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
     let (threads, shared_bytes) = match kernel {
         KernelChoice::TiledWgmma => (TILE_THREADS, tiled_wgmma_shared_bytes(spec.head_dim)),
-        KernelChoice::TiledWarpSpecialized => (WS_THREADS, ws_shared_bytes(spec.head_dim, spec.kv_dtype != spec.q_dtype)),
+        KernelChoice::TiledWarpSpecialized => {
+            (WS_THREADS, ws_shared_bytes(spec.head_dim, spec.kv_dtype != spec.q_dtype))
+        }
         _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
     };
     let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };

@@ -9,7 +9,9 @@
 
 use crate::pipeline::MbarrierRing;
 
-use super::{ws_keys, ws_q_slots, ws_v_stages, BARRIERS, CONSUMER_M, MAX_Q_SLOTS, SCHED_SLOTS, WS_K_STAGES, WS_V_STAGES};
+use super::{
+    ws_keys, ws_q_slots, ws_v_stages, BARRIERS, CONSUMER_M, MAX_Q_SLOTS, SCHED_SLOTS, WS_K_STAGES, WS_V_STAGES,
+};
 
 /// Stages of each fp8 staging ring (K and V).
 pub(super) const STAGING_STAGES: u32 = 2;

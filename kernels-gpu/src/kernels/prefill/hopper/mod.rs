@@ -69,8 +69,8 @@ pub mod scheduler;
 
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
-use crate::kernel;
 use crate::fp8::pair_to_f16_exact;
+use crate::kernel;
 use crate::kernels::unroll;
 use crate::mma::MmaElement;
 use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
