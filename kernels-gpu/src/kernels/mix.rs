@@ -44,7 +44,7 @@ use crate::kernels::decode::general::RpaPointers;
 use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
 use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
 use crate::kernels::prefill::hopper::scheduler::TileGrid;
-use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WsKv, WS_THREADS};
+use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WS_THREADS};
 
 /// Decode blocks ([`GroupSlot`]s) per block of the grid.
 pub const MIX_GROUPS: u32 = WS_THREADS / GROUP_THREADS;
@@ -83,7 +83,7 @@ pub const fn mix_group_shared_bytes(head_dim: u32, stages: u32) -> u32 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn rpa_mix<
-    Q: MmaElement + StagedKv + WsKv,
+    Q: MmaElement + StagedKv,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -103,7 +103,7 @@ unsafe fn rpa_mix<
     crate::grid_dependency::wait_for_prerequisites();
     let b = block_idx_x();
     if b >= decode_blocks {
-        rpa_tiled_ws::<Q, Q, Q, D, KSTEPS, NTILES, KN, KSP, PW, TileGrid>(
+        rpa_tiled_ws::<Q, Q, D, KSTEPS, NTILES, KN, KSP, PW, TileGrid>(
             tiles,
             tile_params,
             maps,

@@ -6,12 +6,13 @@
 use super::epilogue::{store_rows_staged, store_rows_tma};
 use super::layout::SharedLayout;
 use super::producer::item_keys;
-use super::{ws_keys, ws_q_slots, WsKv, CONSUMER_M, WARPGROUP};
+use super::{ws_keys, ws_q_slots, CONSUMER_M, WARPGROUP};
 use crate::attention::mask::mask_logits;
 use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
 use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitScale};
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
+use crate::kernels::decode::pipelined::StagedKv;
 use crate::kernels::prefill::tiled::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
 use crate::kernels::unroll;
 use crate::mma::MmaElement;
@@ -88,8 +89,7 @@ pub(super) fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn consume_item<
     Q: MmaElement,
-    KV: WsKv,
-    M: MmaElement,
+    KV: StagedKv,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -231,9 +231,9 @@ pub(super) unsafe fn consume_item<
             let kd = wgmma::advance(k_desc, (k as u32 / 4) * keys * 128 + step);
             let qd = wgmma::advance(q_desc, (k as u32 / 4) * CONSUMER_M * 128 + step);
             if KN == 16 {
-                wgmma::mma_m64n128k16_ss::<M, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 64]), qd, kd, k > 0);
+                wgmma::mma_m64n128k16_ss::<KV::Operand<Q>, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 64]), qd, kd, k > 0);
             } else {
-                wgmma::mma_m64n64k16_ss::<M, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 32]), qd, kd, k > 0);
+                wgmma::mma_m64n64k16_ss::<KV::Operand<Q>, 0>(&mut *(s.as_mut_ptr() as *mut [f32; 32]), qd, kd, k > 0);
             }
         });
         wgmma::commit_group();
@@ -265,7 +265,7 @@ pub(super) unsafe fn consume_item<
         keep_s(&mut s);
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
         rescale.apply(&mut o);
-        pack_weights::<M, KN, KSP>(&s, &mut pa);
+        pack_weights::<KV::Operand<Q>, KN, KSP>(&s, &mut pa);
     }
     let mut i = ia + 1;
     while i < ib {
@@ -275,7 +275,7 @@ pub(super) unsafe fn consume_item<
         v_ring.wait(prev);
         turn_begin();
         issue_s(i, &mut s);
-        wgmma_pv_issue::<M, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
+        wgmma_pv_issue::<KV::Operand<Q>, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
         turn_end();
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
@@ -287,13 +287,13 @@ pub(super) unsafe fn consume_item<
         wgmma::keep_fragments(&mut pa);
         v_ring.release(prev);
         rescale.apply(&mut o);
-        pack_weights::<M, KN, KSP>(&s, &mut pa);
+        pack_weights::<KV::Operand<Q>, KN, KSP>(&s, &mut pa);
         i += 1;
     }
     if ia < ib {
         let last = v_slot(ib - 1);
         v_ring.wait(last);
-        wgmma_pv_issue::<M, NTILES, KSP>(&mut o, &pa, smem.v(last.index));
+        wgmma_pv_issue::<KV::Operand<Q>, NTILES, KSP>(&mut o, &pa, smem.v(last.index));
         wgmma::wait_group::<0>();
         keep_o(&mut o);
         wgmma::keep_fragments(&mut pa);

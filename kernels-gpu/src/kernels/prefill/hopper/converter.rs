@@ -12,9 +12,10 @@
 
 use super::layout::SharedLayout;
 use super::producer::item_keys;
-use super::{ws_keys, WsKv, CONVERTERS};
+use super::{ws_keys, CONVERTERS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::RpaParams;
+use crate::kernels::decode::pipelined::StagedKv;
 use crate::kernels::prefill::tiled::ItemRows;
 use crate::kernels::unroll;
 use crate::math::opaque_u32;
@@ -36,7 +37,7 @@ use crate::wgmma::{self, swizzled_128b_offset};
 /// an operand stage this thread's converters own (its empty barrier waited for), both in this
 /// block's shared memory.
 #[inline(always)]
-unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter: u32) {
+unsafe fn widen_tile<KV: StagedKv, const D: usize>(staged: u32, tile: u32, converter: u32) {
     let keys = ws_keys(D as u32);
     let row_chunks = D as u32 / 16;
     const { assert!(CONVERTERS.is_multiple_of(8 * 8), "key steps of whole swizzle atoms at D <= 128") };
@@ -53,9 +54,10 @@ unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter
         let next = from + 16 * CONVERTERS;
         // (On the last step, a chunk of the tile again, unused: the load stays inside it.)
         let ahead = load_v4(next.min(end - 16));
-        let wide = KV::widen_16(raw);
-        store_v4(to, [wide[0], wide[1], wide[2], wide[3]]);
-        store_v4(to.wrapping_add_signed(second), [wide[4], wide[5], wide[6], wide[7]]);
+        // Each word's four bytes as two f16 pairs (dims in order: the K operand's widening).
+        let wide = raw.map(KV::k_operand);
+        store_v4(to, [wide[0][0], wide[0][1], wide[1][0], wide[1][1]]);
+        store_v4(to.wrapping_add_signed(second), [wide[2][0], wide[2][1], wide[3][0], wide[3][1]]);
         raw = ahead;
         from = next;
         to += to_step;
@@ -69,7 +71,7 @@ unsafe fn widen_tile<KV: WsKv, const D: usize>(staged: u32, tile: u32, converter
 /// Every converter calls it for the same tiles in the same order, the producer filling the
 /// staging rings for them; the rings are initialized ([`super::rpa_tiled_ws`]).
 #[inline(always)]
-unsafe fn convert_tile<KV: WsKv, const D: usize, const PW: usize, const VALUES: bool>(
+unsafe fn convert_tile<KV: StagedKv, const D: usize, const PW: usize, const VALUES: bool>(
     smem: SharedLayout,
     n: u32,
     converter: u32,
@@ -102,7 +104,7 @@ unsafe fn convert_tile<KV: WsKv, const D: usize, const PW: usize, const VALUES: 
 /// calls it for every item.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn convert_item<Q, KV: WsKv, const D: usize, const PW: usize>(
+pub(super) unsafe fn convert_item<Q, KV: StagedKv, const D: usize, const PW: usize>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,

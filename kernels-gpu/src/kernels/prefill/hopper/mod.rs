@@ -37,9 +37,10 @@
 //!   tile with bulk tensor stores through the output's map; else each warp reads its rows back
 //!   and writes them with 16-byte stores.
 //!
-//! With fp8 KV (e4m3 / e5m2, head dims 64 and 128, [`WsKv`]) the tensor cores take f16 operands:
-//! the producer's warp 0 copies each tile's raw K and V bytes into two staging rings (one bulk
-//! copy per 16-key block, unswizzled), warp 1 loads Q, and warps 2 and 3 ([`converter`]) widen
+//! With fp8 KV (e4m3 / e5m2, head dims 64 and 128) the tensor cores take f16 operands
+//! ([`StagedKv::Operand`], the pipelined kernel's too): the producer's warp 0 copies each tile's
+//! raw K and V bytes into two staging rings (one bulk copy per 16-key block, unswizzled), warp 1
+//! loads Q, and warps 2 and 3 ([`converter`]) widen
 //! the staged tiles into the K and V rings; each consumer warp rewrites its rows of the Q tile as
 //! f16 scaled into range, and the KV scales apply in f32 (`k_scale` on the logits, `v_scale` on
 //! O). The Q ring has one slot and the V ring two stages there, to make room for the staging.
@@ -69,11 +70,10 @@ pub mod scheduler;
 
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
-use crate::fp8::pair_to_f16_exact;
 use crate::kernel;
-use crate::kernels::unroll;
+use crate::kernels::decode::pipelined::StagedKv;
 use crate::mma::MmaElement;
-use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
+use crate::num::{Bf16, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
@@ -131,47 +131,6 @@ pub const fn ws_supports_fp8(head_dim: u32) -> bool {
     head_dim == 64 || head_dim == 128
 }
 
-/// The KV pool's element type as this kernel takes it: q's own 16-bit type, copied into the K and
-/// V rings as the tensor cores read it; or fp8, copied raw into staging rings and widened there
-/// by the converter warps ([`converter`]) into f16 operands (every fp8 value is an f16; q enters
-/// as f16 too, scaled into f16's range per warp, and the scales apply in f32: `k_scale` and q's
-/// factor to the logits, `v_scale` to the output).
-pub(crate) trait WsKv: KvElement {
-    const FP8: bool;
-    /// 16 fp8 bytes (four little-endian words: dims `16c ..` in order) as eight packed f16 pairs,
-    /// exact for every byte. 16-bit types never call it.
-    fn widen_16(raw: [u32; 4]) -> [u32; 8];
-}
-
-macro_rules! ws_kv_16bit {
-    ($($t:ty),*) => {$(
-        impl WsKv for $t {
-            const FP8: bool = false;
-            fn widen_16(_: [u32; 4]) -> [u32; 8] {
-                unreachable!("16-bit KV is its own operand (FP8 is false)")
-            }
-        }
-    )*};
-}
-ws_kv_16bit!(f16, Bf16);
-
-macro_rules! ws_kv_fp8 {
-    ($($t:ty),*) => {$(
-        impl WsKv for $t {
-            const FP8: bool = true;
-            #[inline(always)]
-            fn widen_16(raw: [u32; 4]) -> [u32; 8] {
-                let mut out = [0u32; 8];
-                unroll::<4>(|w| {
-                    out[2 * w] = pair_to_f16_exact::<$t>(raw[w], 0);
-                    out[2 * w + 1] = pair_to_f16_exact::<$t>(raw[w], 1);
-                });
-                out
-            }
-        }
-    )*};
-}
-ws_kv_fp8!(F8E4M3, F8E5M2);
 /// Threads per block: the producer warpgroup and two consumer warpgroups.
 pub const WS_THREADS: u32 = 384;
 /// Stages of the K ring and of the V ring (a stage of K or V is 32 KiB at head_dim 128). V gets
@@ -295,8 +254,7 @@ pub const fn ws_shared_bytes(head_dim: u32, fp8: bool) -> u32 {
 #[inline(always)]
 pub(crate) unsafe fn rpa_tiled_ws<
     Q: MmaElement,
-    KV: WsKv,
-    M: MmaElement,
+    KV: StagedKv,
     const D: usize,
     const KSTEPS: usize,
     const NTILES: usize,
@@ -314,8 +272,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
         assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
         // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
         assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
-        // fp8 KV: f16 operands at head dims 64 and 128; else q's own.
-        assert!(!KV::FP8 || (ws_supports_fp8(D as u32) && !M::IS_BF16), "fp8 KV: f16 operands");
+        // fp8 KV: at head dims 64 and 128 (f16 operands, `StagedKv::Operand`); else q's own.
+        assert!(!KV::FP8 || ws_supports_fp8(D as u32), "fp8 KV: head dims 64 and 128");
     };
     let fp8 = KV::FP8;
     // Launched programmatically (sm_90 image): the kernel after this one may launch once every
@@ -460,7 +418,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
             grid,
             #[inline(always)]
             |seq, r0, rc, g| {
-                consume_item::<Q, KV, M, D, KSTEPS, NTILES, KN, KSP, PW>(
+                consume_item::<Q, KV, D, KSTEPS, NTILES, KN, KSP, PW>(
                     &ptr, &p, smem, consumer, o_map, &mut tiles, &mut items, seq, r0, rc, g,
                 )
             },
@@ -494,7 +452,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
 /// and the plan is ready ([`rpa_tiled_ws`]), with the pointers and maps of the kernel's call.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn produce_fp8<Q: MmaElement, KV: WsKv, const D: usize, const PW: usize, G: TileBlocks>(
+unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usize, G: TileBlocks>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
@@ -601,10 +559,9 @@ pub unsafe fn rpa_plan_ws(
 }
 
 /// One warp-specialized kernel per (q dtype, KV dtype, head_dim): `rpa_tile_ws_<q>_<kv>_d<D>`,
-/// with the head dim's keys per tile ([`ws_keys`]) and the tensor cores' operand type (q's for
-/// 16-bit KV of q's dtype, f16 for fp8 KV).
+/// with the head dim's keys per tile ([`ws_keys`]).
 macro_rules! rpa_tile_ws_kernels {
-    ($( $name:ident: $q:ty, $kv:ty, $m:ty, $d:literal, $keys:literal; )*) => {$(
+    ($( $name:ident: $q:ty, $kv:ty, $d:literal, $keys:literal; )*) => {$(
         /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
         /// per tile item: one launch per call where it plans itself (a nonzero
         /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]; after the
@@ -634,7 +591,7 @@ macro_rules! rpa_tile_ws_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
-            rpa_tiled_ws::<$q, $kv, $m, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
+            rpa_tiled_ws::<$q, $kv, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
                 // The kernel reads K/V through the tensor map alone.
                 TiledPointers { q, kv: kv as *const $q, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
@@ -647,20 +604,20 @@ macro_rules! rpa_tile_ws_kernels {
 
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 rpa_tile_ws_kernels! {
-    rpa_tile_ws_f16_f16_d64: f16, f16, f16, 64, 128;
-    rpa_tile_ws_f16_f16_d128: f16, f16, f16, 128, 128;
-    rpa_tile_ws_f16_f16_d256: f16, f16, f16, 256, 64;
-    rpa_tile_ws_bf16_bf16_d64: Bf16, Bf16, Bf16, 64, 128;
-    rpa_tile_ws_bf16_bf16_d128: Bf16, Bf16, Bf16, 128, 128;
-    rpa_tile_ws_bf16_bf16_d256: Bf16, Bf16, Bf16, 256, 64;
-    rpa_tile_ws_f16_e4m3_d64: f16, F8E4M3, f16, 64, 128;
-    rpa_tile_ws_f16_e4m3_d128: f16, F8E4M3, f16, 128, 128;
-    rpa_tile_ws_f16_e5m2_d64: f16, F8E5M2, f16, 64, 128;
-    rpa_tile_ws_f16_e5m2_d128: f16, F8E5M2, f16, 128, 128;
-    rpa_tile_ws_bf16_e4m3_d64: Bf16, F8E4M3, f16, 64, 128;
-    rpa_tile_ws_bf16_e4m3_d128: Bf16, F8E4M3, f16, 128, 128;
-    rpa_tile_ws_bf16_e5m2_d64: Bf16, F8E5M2, f16, 64, 128;
-    rpa_tile_ws_bf16_e5m2_d128: Bf16, F8E5M2, f16, 128, 128;
+    rpa_tile_ws_f16_f16_d64: f16, f16, 64, 128;
+    rpa_tile_ws_f16_f16_d128: f16, f16, 128, 128;
+    rpa_tile_ws_f16_f16_d256: f16, f16, 256, 64;
+    rpa_tile_ws_bf16_bf16_d64: Bf16, Bf16, 64, 128;
+    rpa_tile_ws_bf16_bf16_d128: Bf16, Bf16, 128, 128;
+    rpa_tile_ws_bf16_bf16_d256: Bf16, Bf16, 256, 64;
+    rpa_tile_ws_f16_e4m3_d64: f16, F8E4M3, 64, 128;
+    rpa_tile_ws_f16_e4m3_d128: f16, F8E4M3, 128, 128;
+    rpa_tile_ws_f16_e5m2_d64: f16, F8E5M2, 64, 128;
+    rpa_tile_ws_f16_e5m2_d128: f16, F8E5M2, 128, 128;
+    rpa_tile_ws_bf16_e4m3_d64: Bf16, F8E4M3, 64, 128;
+    rpa_tile_ws_bf16_e4m3_d128: Bf16, F8E4M3, 128, 128;
+    rpa_tile_ws_bf16_e5m2_d64: Bf16, F8E5M2, 64, 128;
+    rpa_tile_ws_bf16_e5m2_d128: Bf16, F8E5M2, 128, 128;
 }
 
 #[cfg(test)]
