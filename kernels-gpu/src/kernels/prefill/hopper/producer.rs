@@ -33,6 +33,52 @@ pub(super) fn keys_below(keys: u32, base: u32) -> u32 {
     }
 }
 
+/// Lane `lane`'s 16-key block of the tile at `tile_base` (lanes below `blocks` have one): the
+/// token of its first key in the pool, or -16 (a box wholly outside the tensor: zeros) for a
+/// block on an invalid page or at or past the item's end `hi`.
+///
+/// # Safety
+/// As [`ItemRows::load`]: `seq` a sequence of the call, its page-table row readable.
+#[inline(always)]
+unsafe fn block_token<Q>(
+    ptr: &TiledPointers<Q>,
+    p: &RpaParams,
+    seq: u32,
+    tile_base: u32,
+    hi: u32,
+    lane: u32,
+    blocks: u32,
+) -> i32 {
+    let j = tile_base + lane * WS_BLOCK_KEYS;
+    let mut token = -(WS_BLOCK_KEYS as i32);
+    if lane < blocks && j < hi {
+        // A plain division (the parameter is read from the constant bank): the producer runs on
+        // few registers, where a multiply-high divider would hold two more.
+        let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
+        let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
+        if page_is_valid(page, p.total_pages) {
+            // < 2^31: total_pages * page_size is checked on the host.
+            token = (page as u32 * p.page_size + in_page) as i32;
+        }
+    }
+    token
+}
+
+/// Writes a tile's presence words at `presence`: key k is present when its 16-key block is valid
+/// (bit `k / 16` of `valid_blocks`, the warp's ballot of [`block_token`]s) and k is below `keys`,
+/// the keys left in the item from the tile's first.
+///
+/// # Safety
+/// `presence` points to `PW` words of this block's shared memory no one else touches meanwhile.
+#[inline(always)]
+unsafe fn write_presence<const PW: usize>(presence: *mut u32, valid_blocks: u32, keys: u32) {
+    unroll::<PW>(|w| {
+        let blocks = (valid_blocks >> (2 * w)) & 3;
+        let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
+        *presence.add(w) = spread & keys_below(keys, 32 * w as u32);
+    });
+}
+
 /// One producer warp's part of one item: for each key tile, K (`VALUES` false: the producer's
 /// warp 0) or V (`VALUES` true: its warp 1): wait until the tile's stage is empty, for K write
 /// the presence masks, announce the stage's bytes and copy, lane `b` < 8 its 16-key block `b`
@@ -79,21 +125,8 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
     };
     for i in 0..num_tiles {
         let n = first_tile + i;
-        // This lane's 16-key block: the token of its first key in the pool, or -16 (a box wholly
-        // outside the tensor: zeros) for a block on an invalid page or past the keys.
         let tile_base = lo + i * keys;
-        let j = tile_base + lane * WS_BLOCK_KEYS;
-        let mut token = -(WS_BLOCK_KEYS as i32);
-        if lane < blocks && j < hi {
-            // A plain division (the parameter is read from the constant bank): the producer
-            // runs on few registers, where a multiply-high divider would hold two more.
-            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
-            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
-            if page_is_valid(page, p.total_pages) {
-                // < 2^31: total_pages * page_size is checked on the host.
-                token = (page as u32 * p.page_size + in_page) as i32;
-            }
-        }
+        let token = block_token(ptr, p, seq, tile_base, hi, lane, blocks);
         if VALUES {
             let ring = smem.v_ring();
             let stage = ring.stage(n);
@@ -111,15 +144,9 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
             let valid_blocks = warp_ballot(token >= 0);
             ring.acquire(stage);
             if lane == 0 {
-                // Key k of the tile is present when its block is valid and k is before the
-                // item's end. Lane 0 writes the words and its arrival releases them: the
-                // consumers' reads are ordered after the writes by the full barrier alone.
-                let keys = hi - tile_base;
-                unroll::<PW>(|w| {
-                    let blocks = (valid_blocks >> (2 * w)) & 3;
-                    let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
-                    *smem.presence(stage.index).add(w) = spread & keys_below(keys, 32 * w as u32);
-                });
+                // Lane 0 writes the words and its arrival releases them: the consumers' reads
+                // are ordered after the writes by the full barrier alone.
+                write_presence::<PW>(smem.presence(stage.index), valid_blocks, hi - tile_base);
                 ring.commit_bytes(stage, tile_bytes);
             }
             sync_warp();
@@ -164,26 +191,12 @@ pub(super) unsafe fn produce_item_fp8<Q, const D: usize, const PW: usize>(
     for i in 0..num_tiles {
         let n = first_tile + i;
         let tile_base = lo + i * keys;
-        let j = tile_base + lane * WS_BLOCK_KEYS;
-        let mut token = -(WS_BLOCK_KEYS as i32);
-        if lane < blocks && j < hi {
-            let (slot_index, in_page) = (j / p.page_size, j % p.page_size);
-            let page = *ptr.page_indices.add(seq as usize * p.pages_per_seq as usize + slot_index as usize);
-            if page_is_valid(page, p.total_pages) {
-                token = (page as u32 * p.page_size + in_page) as i32;
-            }
-        }
+        let token = block_token(ptr, p, seq, tile_base, hi, lane, blocks);
         let valid_blocks = warp_ballot(token >= 0);
         let ks = k8.stage(n);
         k8.acquire(ks);
         if lane == 0 {
-            let keys = hi - tile_base;
-            let presence = smem.staged_presence(ks.index);
-            unroll::<PW>(|w| {
-                let blocks = (valid_blocks >> (2 * w)) & 3;
-                let spread = ((blocks & 1) * 0xffff) | ((blocks >> 1) * 0xffff_0000);
-                *presence.add(w) = spread & keys_below(keys, 32 * w as u32);
-            });
+            write_presence::<PW>(smem.staged_presence(ks.index), valid_blocks, hi - tile_base);
             k8.commit_bytes(ks, tile_bytes);
         }
         sync_warp();
