@@ -139,12 +139,43 @@ MANIFEST = {
                      "XGK_SOAK_CALLS=60000 XGK_SOAK_REPORT=soak.txt .gpu/bin/soak --include-ignored --nocapture"),
         "accuracy.md": ("worst absolute error per dtype: GPU kernels against the CPU and JAX's reference", "ac5bd0a",
                         "the GPU suite and tests/python/test_jax_gpu.py (scripts/gpu_check.sh)"),
-        "serving-step-tp-2gpu.json": ("Llama-3-8B's serving step on one GPU and tensor parallel over two (2 x H200 "
-                                      "of one host, NVLink), ours, profiled", "155081e",
-                                      "python3 $REPO/benchmarks/serving_step.py --config llama3-8b --backends "
-                                      "ours,ours@tp2 --cases decode:64x2048,decode:64x8192,decode:256x2048,"
-                                      "prefill:1x8192,prefill:8x1024@4096,mixed:63x4096+2x512@2048 --cache-gb 28 "
-                                      "--iters 10 --profile --out serving-step-tp-2gpu.json"),
+        "serving-step-tp.json": ("Llama-3-8B's serving step on one GPU and tensor parallel over two and four (4 x "
+                                 "H200 of one host, NVLink), ours, f32 all-reduces, profiled", "058d1fb",
+                                 "python3 $REPO/benchmarks/serving_step.py --config llama3-8b --backends "
+                                 "ours,ours@tp2,ours@tp4 --cases decode:64x2048,decode:64x8192,decode:256x2048,"
+                                 "prefill:1x8192,prefill:8x1024@4096,mixed:63x4096+2x512@2048 --cache-gb 28 "
+                                 "--iters 10 --compile-workers 16 --profile --out serving-step-tp.json"),
+        "serving-step-tp-bf16.json": ("the same with bf16 all-reduces (Config.reduce_dtype)", "058d1fb",
+                                      "python3 $REPO/benchmarks/serving_step.py ... --reduce-dtype bfloat16 "
+                                      "--out serving-step-tp-bf16.json (no --profile)"),
+        "serving-step-allreduce-levers.json": ("decode steps at TP=2 and TP=4 under each all-reduce setting: bf16, "
+                                               "XLA's one-shot kernel, NCCL symmetric buffers, collectives in "
+                                               "command buffers (4 x H200)", "058d1fb",
+                                               "XLA_FLAGS=<the variant's xla_flags> python3 $REPO/benchmarks/"
+                                               "serving_step.py --config llama3-8b --backends ours@tp2,ours@tp4 "
+                                               "--cases decode:64x2048,decode:256x2048 [--reduce-dtype bfloat16] "
+                                               "--cache-gb 28 --iters 10"),
+        "serving-step-70b-tp.json": ("Llama-3-70B's shapes (40 of 80 layers) at TP=2 and TP=4, bf16 all-reduces, "
+                                     "profiled (4 x H200)", "058d1fb",
+                                     "python3 $REPO/benchmarks/serving_step.py --config llama3-70b --layers 40 "
+                                     "--backends ours@tp2,ours@tp4 --cases decode:64x2048,decode:256x2048,"
+                                     "prefill:1x8192,mixed:63x4096+2x512@2048 --cache-gb 40 --iters 10 "
+                                     "--reduce-dtype bfloat16 --profile --out serving-step-70b-tp.json"),
+        "engine-tp4.json": ("the engine at Llama-3-8B's size tensor parallel over four GPUs in one process: 16 "
+                            "requests, 32 new tokens (4 x H200)", "058d1fb",
+                            "python3 $REPO/examples/serving_step.py --config llama3-8b --requests 16 --new-tokens 32 "
+                            "--max-seqs 16 --budget 1024 --tp 4 --json engine-tp4.json"),
+        "engine-4proc.json": ("the same over four processes, one GPU each (jax.distributed); equal tokens to "
+                              "engine-tp4.json", "058d1fb",
+                              "for i in 0 1 2 3; do python3 $REPO/examples/serving_step.py ... --tp 4 --coordinator "
+                              "127.0.0.1:23457 --num-processes 4 --process-id $i --local-device-ids $i "
+                              "--json engine-4proc.json & done"),
+        "greedy-70b-l4-tp1.json": ("greedy generation with Llama-3-70B's shapes (4 layers; 8 prompts, 32 tokens) "
+                                   "against the dense f32 reference, one GPU", "058d1fb",
+                                   "python3 $REPO/examples/serving_step.py --config llama3-70b --layers 4 --requests 8 "
+                                   "--new-tokens 32 --check --tp 1 --json greedy-70b-l4-tp1.json"),
+        "greedy-70b-l4-tp4.json": ("the same at TP=4", "058d1fb",
+                                   "python3 $REPO/examples/serving_step.py ... --tp 4 --json greedy-70b-l4-tp4.json"),
         "engine-tp1.json": ("the engine at Llama-3-8B's size on one GPU: 16 requests, 32 new tokens (2 x H200 host)",
                             "155081e", "python3 $REPO/examples/serving_step.py --config llama3-8b --requests 16 "
                             "--new-tokens 32 --max-seqs 16 --budget 1024 --tp 1 --json engine-tp1.json"),
@@ -329,20 +360,64 @@ def serving_md(data: dict) -> str:
     return "\n".join(lines)
 
 
+MODEL_NAMES = {"llama3-8b": "Llama-3-8B", "llama3-70b": "Llama-3-70B's shapes", "tiny": "tiny"}
+
+
 def serving_tp_md(data: dict) -> str:
-    """One GPU against tensor parallel, per case."""
-    tps = sorted({r["backend"] for r in data["rows"] if "@tp" in r["backend"]})
-    lines = [f"Llama-3-8B, {data['layers']} layers, {data['device']}, JAX {data['jax']}, {data['date'][:10]}: "
-             "milliseconds per engine step.", "",
-             "| step | one GPU | " + " | ".join(f"TP={t.split('@tp')[1]}" for t in tps) + " | "
-             + " | ".join(f"TP={t.split('@tp')[1]} speed-up" for t in tps) + " |",
-             "|---|---:|" + "---:|" * (2 * len(tps))]
-    for case, got in serving_rows(data).items():
-        one = got.get("ours", {}).get("ms")
-        cells = [f"{got[t]['ms']:.1f}" if "ms" in got.get(t, {}) else "n/a" for t in tps]
-        ups = [f"{one / got[t]['ms']:.2f}x" if one and "ms" in got.get(t, {}) else "n/a" for t in tps]
-        lines.append(f"| {case} | {one:.1f} | " + " | ".join(cells) + " | " + " | ".join(ups) + " |")
+    """Tensor-parallel widths against the narrowest run (one GPU when it ran), per case, with the
+    host's part and the back-to-back time of the widest."""
+    rows = serving_rows(data)
+    backends = list(dict.fromkeys(r["backend"] for r in data["rows"]))
+    width = {b: int(b.split("@tp")[1]) if "@tp" in b else 1 for b in backends}
+    base, tps = backends[0], backends[1:]
+    wide = backends[-1]
+    reduce = data.get("reduce_dtype", "float32").replace("float32", "f32").replace("bfloat16", "bf16")
+    lines = [f"{MODEL_NAMES.get(data['config'], data['config'])}, {data['layers']} layers, {data['device']}, "
+             f"{reduce} all-reduces, JAX {data['jax']}, {data['date'][:10]}: milliseconds per engine step (each "
+             f"waited for); speed-up against {'one GPU' if width[base] == 1 else f'TP={width[base]}'}.", "",
+             "| step | " + " | ".join(f"TP={width[b]}" for b in backends) + " | "
+             + " | ".join(f"TP={width[b]} speed-up" for b in tps)
+             + f" | TP={width[wide]} speed-up, steps back to back | TP={width[wide]}: host's part (ms) |",
+             "|---|" + "---:|" * (2 * len(backends) + 1)]
+    for case, got in rows.items():
+        one = got.get(base, {}).get("ms")
+        cells = [f"{got[b]['ms']:.1f}" if "ms" in got.get(b, {}) else "n/a" for b in backends]
+        ups = [f"{one / got[b]['ms']:.2f}x" if one and "ms" in got.get(b, {}) else "n/a" for b in tps]
+        w = got.get(wide, {})
+        b2b = got.get(base, {}).get("pipelined_ms")
+        lines.append(f"| {case} | " + " | ".join(cells) + " | " + " | ".join(ups)
+                     + (f" | {b2b / w['pipelined_ms']:.2f}x | {w['dispatch_ms']:.1f} |" if "ms" in w and b2b
+                        else " | n/a | n/a |"))
     return "\n".join(lines)
+
+
+def plot_serving_tp(f32: dict, bf16: dict, path: str):
+    """Speed-up over one GPU per case and width, f32 and bf16 all-reduces side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(serving_rows(f32))
+    tps = [b for b in dict.fromkeys(r["backend"] for r in f32["rows"]) if "@tp" in b]
+    series = [(f"TP={b.split('@tp')[1]}, {name}", data, b) for b in tps for name, data in (("f32", f32), ("bf16", bf16))]
+    fig, ax = plt.subplots(figsize=(11.5, 3.8))
+    width = 0.8 / len(series)
+    for i, (label, data, b) in enumerate(series):
+        rows = serving_rows(data)
+        ys = [rows[c]["ours"]["ms"] / rows[c][b]["ms"] if "ms" in rows[c].get(b, {}) else 0 for c in cases]
+        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=label, color=f"C{i}",
+               alpha=1.0 if "f32" in label else 0.6)
+    for n in sorted({int(b.split("@tp")[1]) for b in tps}):
+        ax.axhline(n, color="grey", lw=0.8, ls=":")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
+    ax.set_xticklabels([f"{c}\n{serving_rows(f32)[c]['ours']['ms']:.1f} ms" for c in cases], fontsize=7)
+    ax.set_ylabel("speed-up over one GPU", fontsize=8)
+    ax.set_title(f"Llama-3-8B serving step ({f32['layers']} layers), {f32['device']} x {max(int(b.split('@tp')[1]) for b in tps)}"
+                 ": tensor parallel against one GPU (under each case: one GPU)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def plot_serving(data: dict, path: str):
@@ -396,8 +471,13 @@ def main():
             blocks[f"serving {kind}"] = serving_md(load(kind, "serving-step.json"))
             if plots and not check:
                 plot_serving(load(kind, "serving-step.json"), os.path.join(RESULTS, kind, "serving-step.png"))
-        if "serving-step-tp-2gpu.json" in MANIFEST[kind]:
-            blocks[f"serving-tp {kind}"] = serving_tp_md(load(kind, "serving-step-tp-2gpu.json"))
+        for name, key in (("serving-step-tp.json", "serving-tp"), ("serving-step-tp-bf16.json", "serving-tp-bf16"),
+                          ("serving-step-70b-tp.json", "serving-tp-70b")):
+            if name in MANIFEST[kind]:
+                blocks[f"{key} {kind}"] = serving_tp_md(load(kind, name))
+        if "serving-step-tp-bf16.json" in MANIFEST[kind] and plots and not check:
+            plot_serving_tp(load(kind, "serving-step-tp.json"), load(kind, "serving-step-tp-bf16.json"),
+                            os.path.join(RESULTS, kind, "serving-step-tp.png"))
         outputs[os.path.join(RESULTS, kind, "COMMANDS.md")] = commands_md(kind) + "\n"
     for doc in ("README.md", os.path.join("docs", "performance.md"), os.path.join("docs", "serving.md")):
         path = os.path.join(ROOT, doc)
