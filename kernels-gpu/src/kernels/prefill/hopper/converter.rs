@@ -12,7 +12,7 @@
 
 use super::layout::SharedLayout;
 use super::producer::item_keys;
-use super::{ws_keys, CONVERTERS};
+use super::{ws_keys, CONVERTERS, CONVERTER_LOADS_AHEAD};
 use crate::attention::planner::TiledPointers;
 use crate::attention::RpaParams;
 use crate::kernels::decode::pipelined::StagedKv;
@@ -29,8 +29,12 @@ use crate::wgmma::{self, swizzled_128b_offset};
 /// chunks are always the same dims (`16 (t % (D / 16))` ..) of every `CONVERTERS / (D / 16)`-th key,
 /// a multiple of 8 keys apart, so the swizzle (key % 8) stays too: each step moves the source by
 /// `16 CONVERTERS` bytes and the destination by `CONVERTERS / (D / 16)` rows, no index arithmetic.
-/// The next chunk is loaded before the current one is widened (their loads overlap). A loop, not
-/// unrolled: unrolled, ptxas kept every chunk's addresses and spilled the producer's registers.
+///
+/// [`CONVERTER_LOADS_AHEAD`] chunks are in flight while one is widened: a shared-memory load takes
+/// longer than the ~20 instructions that widen and store a chunk, and with one load ahead the
+/// converters waited on each (v35). The loop body is that many chunks, each buffer refilled in
+/// place (no register moves); not unrolled further: unrolled, ptxas kept every chunk's addresses
+/// and spilled the producer's registers.
 ///
 /// # Safety
 /// `staged` holds a staged tile whose bytes have landed (its full barrier waited for) and `tile`
@@ -38,29 +42,38 @@ use crate::wgmma::{self, swizzled_128b_offset};
 /// block's shared memory.
 #[inline(always)]
 unsafe fn widen_tile<KV: StagedKv, const D: usize>(staged: u32, tile: u32, converter: u32) {
+    const AHEAD: usize = CONVERTER_LOADS_AHEAD;
     let keys = ws_keys(D as u32);
     let row_chunks = D as u32 / 16;
     const { assert!(CONVERTERS.is_multiple_of(8 * 8), "key steps of whole swizzle atoms at D <= 128") };
+    // Every converter's chunks of a tile (keys D / 16 / CONVERTERS: 16 at D 128 and 64) come in
+    // whole loop bodies.
+    debug_assert!((keys * D as u32 / 16 / CONVERTERS).is_multiple_of(AHEAD as u32));
     let (key, chunk) = (converter / row_chunks, converter % row_chunks);
     // Dims 16 chunk .. + 16: column block chunk / 4, its 16-byte chunks 2 (chunk % 4) and + 1.
     let first = 2 * (chunk % 4);
     let mut to = tile + (chunk / 4) * keys * 128 + swizzled_128b_offset(key, first);
     let second = swizzled_128b_offset(key, first + 1) as i32 - swizzled_128b_offset(key, first) as i32;
     let to_step = (CONVERTERS / row_chunks) * 128;
+    let step = 16 * CONVERTERS;
     let mut from = staged + 16 * converter;
     let end = staged + opaque_u32(keys * D as u32);
-    let mut raw = load_v4(from);
+    // (Loads past the tile's end, on the last steps, read its last chunk again, unused.)
+    let last = end - 16;
+    let mut raw = [[0u32; 4]; AHEAD];
+    unroll::<AHEAD>(|j| raw[j] = load_v4((from + j as u32 * step).min(last)));
     while from < end {
-        let next = from + 16 * CONVERTERS;
-        // (On the last step, a chunk of the tile again, unused: the load stays inside it.)
-        let ahead = load_v4(next.min(end - 16));
-        // Each word's four bytes as two f16 pairs (dims in order: the K operand's widening).
-        let wide = raw.map(KV::k_operand);
-        store_v4(to, [wide[0][0], wide[0][1], wide[1][0], wide[1][1]]);
-        store_v4(to.wrapping_add_signed(second), [wide[2][0], wide[2][1], wide[3][0], wide[3][1]]);
-        raw = ahead;
-        from = next;
-        to += to_step;
+        unroll::<AHEAD>(|j| {
+            let chunk = raw[j];
+            raw[j] = load_v4((from + (j + AHEAD) as u32 * step).min(last));
+            // Each word's four bytes as two f16 pairs (dims in order: the K operand's widening).
+            let wide = chunk.map(KV::k_operand);
+            let at = to + j as u32 * to_step;
+            store_v4(at, [wide[0][0], wide[0][1], wide[1][0], wide[1][1]]);
+            store_v4(at.wrapping_add_signed(second), [wide[2][0], wide[2][1], wide[3][0], wide[3][1]]);
+        });
+        from += AHEAD as u32 * step;
+        to += AHEAD as u32 * to_step;
     }
 }
 

@@ -148,6 +148,9 @@ const Q_LOADERS: u32 = WARPGROUP - 2 * WARP_SIZE;
 const Q_LOADERS_FP8: u32 = WARP_SIZE;
 /// Threads of the converters (fp8 KV): the producer warpgroup's warps 2 and 3.
 pub(super) const CONVERTERS: u32 = 2 * WARP_SIZE;
+/// Chunks each converter has loaded ahead of the one it widens ([`converter`]); the registers
+/// they take are in [`PRODUCER_REGISTERS_FP8`].
+pub(super) const CONVERTER_LOADS_AHEAD: usize = 2;
 /// Slots of the schedule ring (pair indices thread 0 fetched, read by every thread).
 const SCHED_SLOTS: u32 = 4;
 /// Keys of one bulk copy: a 16-key block of one page (page sizes are multiples of 16).
@@ -164,9 +167,10 @@ pub const CONSUMER_M: u32 = 64;
 /// with ptxas 13.0.
 const PRODUCER_REGISTERS: u32 = 48;
 const CONSUMER_REGISTERS: u32 = 224;
-/// With fp8 KV the producer's warps 2 and 3 widen the staged tiles: 128 x 56 + 256 x 216 <= 384
-/// x 168 (at 48 / 224 ptxas 13.0 spilled 16-24 bytes, at 56 / 216 none).
-const PRODUCER_REGISTERS_FP8: u32 = 56;
+/// With fp8 KV the producer's warps 2 and 3 widen the staged tiles, each with
+/// [`CONVERTER_LOADS_AHEAD`] chunks in flight: 128 x 72 + 256 x 216 = 384 x 168 (at 48 / 224
+/// ptxas 13.0 spilled 16-24 bytes; at 56 / 216 none with one chunk ahead, some with two).
+const PRODUCER_REGISTERS_FP8: u32 = 72;
 const CONSUMER_REGISTERS_FP8: u32 = 216;
 /// At head_dim 256 (O alone is 128 registers): 128 x 24 + 256 x 240 = 384 x 168.
 const PRODUCER_REGISTERS_D256: u32 = 24;
