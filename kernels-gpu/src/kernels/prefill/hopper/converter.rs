@@ -25,16 +25,17 @@ use crate::wgmma::{self, swizzled_128b_offset};
 /// Widens one staged tile (`staged`, key `k` at `k * D` bytes) into the operand tile at `tile`
 /// (64-dim column blocks of `keys` 128-byte rows, swizzled); `converter`: 0..[`CONVERTERS`].
 ///
-/// Converter `t` takes the 16-byte chunks `t + CONVERTERS i`: with `D / 16` chunks a key row, its
-/// chunks are always the same dims (`16 (t % (D / 16))` ..) of every `CONVERTERS / (D / 16)`-th key,
-/// a multiple of 8 keys apart, so the swizzle (key % 8) stays too: each step moves the source by
-/// `16 CONVERTERS` bytes and the destination by `CONVERTERS / (D / 16)` rows, no index arithmetic.
+/// Converter `t` takes the 16-byte chunk `t % (D / 16)` (dims `16 (t % (D / 16))` ..) of key
+/// `t / (D / 16)` (at D 128, rows swapped in pairs for the upper 64 dims, below) and of every
+/// `CONVERTERS / (D / 16)`-th key after it, a multiple of 8 keys apart, so the swizzle (key % 8)
+/// stays too: each step moves the source by `16 CONVERTERS` bytes and the destination by
+/// `CONVERTERS / (D / 16)` rows, no index arithmetic.
 ///
 /// [`CONVERTER_LOADS_AHEAD`] chunks are in flight while one is widened: a shared-memory load takes
 /// longer than the ~20 instructions that widen and store a chunk, and with one load ahead the
 /// converters waited on each (v35). The loop body is that many chunks, each buffer refilled in
-/// place (no register moves); not unrolled further: unrolled, ptxas kept every chunk's addresses
-/// and spilled the producer's registers.
+/// place; not unrolled further: unrolled, ptxas kept every chunk's addresses and spilled the
+/// producer's registers.
 ///
 /// # Safety
 /// `staged` holds a staged tile whose bytes have landed (its full barrier waited for) and `tile`
@@ -49,14 +50,20 @@ unsafe fn widen_tile<KV: StagedKv, const D: usize>(staged: u32, tile: u32, conve
     // Every converter's chunks of a tile (keys D / 16 / CONVERTERS: 16 at D 128 and 64) come in
     // whole loop bodies.
     debug_assert!((keys * D as u32 / 16 / CONVERTERS).is_multiple_of(AHEAD as u32));
-    let (key, chunk) = (converter / row_chunks, converter % row_chunks);
+    // At D 128 a key row is two column blocks of 64 dims, a multiple of 128 bytes apart: lanes
+    // that widen dims 0-63 and 64-127 of the same key would store to the same banks (the 8 lanes
+    // of a 16-byte store's phase: half of them twice, 2x the wavefronts, ncu). Pairs of rows
+    // swap their upper halves instead, so a phase's lanes take dims 0-63 of key 2m and 64-127 of
+    // key 2m + 1, whose swizzles (key % 8) differ in their last bit: 8 distinct 16-byte banks.
+    let chunk = converter % row_chunks;
+    let key = (converter / row_chunks) ^ (chunk / 4);
     // Dims 16 chunk .. + 16: column block chunk / 4, its 16-byte chunks 2 (chunk % 4) and + 1.
     let first = 2 * (chunk % 4);
     let mut to = tile + (chunk / 4) * keys * 128 + swizzled_128b_offset(key, first);
     let second = swizzled_128b_offset(key, first + 1) as i32 - swizzled_128b_offset(key, first) as i32;
     let to_step = (CONVERTERS / row_chunks) * 128;
     let step = 16 * CONVERTERS;
-    let mut from = staged + 16 * converter;
+    let mut from = staged + key * D as u32 + 16 * chunk;
     let end = staged + opaque_u32(keys * D as u32);
     // (Loads past the tile's end, on the last steps, read its last chunk again, unused.)
     let last = end - 16;
