@@ -158,8 +158,8 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // "every kernel has a 0-byte stack frame and no spills, except the head_dim-256
         // warp-specialized tile kernels (sm_90a), whose producer warp keeps 32 bytes of stack
         // (48/56 bytes of spill stores/loads, outside the consumers' math)" (docs/architecture.md;
-        // with three fp8 twins of the warp-specialized kernel at head_dim 64, 4 bytes of their
-        // consumers' item walk). The kernels with local memory are printed for each arch.
+        // with one fp8 twin of the warp-specialized kernel, `rpa_tile_ws_f16_e5m2_d64`, 4 bytes of
+        // its consumers' item walk). The kernels with local memory are printed for each arch.
         let mut function = "";
         let mut nonzero = vec![];
         for line in log.lines() {
@@ -181,9 +181,9 @@ fn ptxas_accepts_the_ptx_without_spills() {
                 }
                 if function.starts_with("rpa_tile_ws_") && (function.contains("_e4m3_") || function.contains("_e5m2_"))
                 {
-                    // The fp8 twins (ptxas 13.0 with the converters' two chunks in flight: three of
-                    // the head_dim-64 ones): one 4-byte value of the consumers' item walk (stored
-                    // once, loaded once per item, outside the products and the softmax), no more.
+                    // The fp8 twins (with ptxas 13.0 one of them, f16_e5m2_d64; which one moves
+                    // with small code changes): one 4-byte value of the consumers' item walk
+                    // (stored once, loaded once per item, outside the products and the softmax).
                     assert!(
                         bytes.len() == 3 && bytes[0] <= 8 && bytes[1] <= 4 && bytes[2] <= 4,
                         "{arch} {function}: {line}"
