@@ -6,7 +6,7 @@
 //!
 //! Per tile, K one tile ahead of V (the consumers read K of tile i before V of tile i - 1): wait
 //! for the staging stage's bytes and for the operand stage to be empty, widen the tile (each
-//! converter 16-byte chunks `c, c + 64, ...`: one chunk of 16 raw bytes to two chunks of f16),
+//! converter the same 16 dims of every 8th key: one chunk of 16 raw bytes to two chunks of f16),
 //! copy K's presence words along, make the writes visible to the tensor cores (the async proxy),
 //! then arrive on the operand stage's full barrier and the staging stage's empty one.
 
@@ -47,8 +47,8 @@ unsafe fn widen_tile<KV: StagedKv, const D: usize>(staged: u32, tile: u32, conve
     let keys = ws_keys(D as u32);
     let row_chunks = D as u32 / 16;
     const { assert!(CONVERTERS.is_multiple_of(8 * 8), "key steps of whole swizzle atoms at D <= 128") };
-    // Every converter's chunks of a tile (keys D / 16 / CONVERTERS: 16 at D 128 and 64) come in
-    // whole loop bodies.
+    // Every converter's chunks of a tile (keys D / 16 / CONVERTERS: 16 at D 128, 8 at D 64) come
+    // in whole loop bodies.
     debug_assert!((keys * D as u32 / 16 / CONVERTERS).is_multiple_of(AHEAD as u32));
     // At D 128 a key row is two column blocks of 64 dims, a multiple of 128 bytes apart: lanes
     // that widen dims 0-63 and 64-127 of the same key would store to the same banks (the 8 lanes
