@@ -6,7 +6,7 @@
 //!
 //! Per tile, K one tile ahead of V (the consumers read K of tile i before V of tile i - 1): wait
 //! for the staging stage's bytes and for the operand stage to be empty, widen the tile (each
-//! converter the same 16 dims of every 8th key: one chunk of 16 raw bytes to two chunks of f16),
+//! converter the same 16 dims of every 8th key at D 128, 16th at D 64: 16 raw bytes to 32 of f16),
 //! copy K's presence words along, make the writes visible to the tensor cores (the async proxy),
 //! then arrive on the operand stage's full barrier and the staging stage's empty one.
 
