@@ -290,13 +290,6 @@ pub(super) unsafe fn consume_item<
         pack_weights::<KV::Operand<Q>, KN, KSP>(&s, &mut pa);
         i += 1;
     }
-    // One Q slot (fp8 KV, head_dim 256): every S product of this consumer has completed (each
-    // step above waited for all its groups), so the next item's Q may load under the last P V
-    // and the output's stores instead of after them.
-    let one_q_slot = ws_q_slots(D as u32, KV::FP8) == 1;
-    if one_q_slot {
-        q_ring.release(q_stage);
-    }
     if ia < ib {
         let last = v_slot(ib - 1);
         v_ring.wait(last);
@@ -318,7 +311,7 @@ pub(super) unsafe fn consume_item<
     // Each warp owns its rows: normalize and write them. Every S product (the Q tile's only
     // reader: each consumer has its own) has completed, so the tile is free until this consumer
     // arrives on the slot's empty barrier, after which the loaders may refill the slot.
-    if !one_q_slot {
+    if ws_q_slots(D as u32, KV::FP8) > 1 {
         // Staged in the Q tile: the next item's Q is in the ring's other slot. (Not in the last
         // V stage: the other consumer's P V may still read it; benchmarks/NOTES.md "v21".) All
         // 64 rows in the item (this consumer's tokens): one bulk store per column block.
@@ -333,7 +326,9 @@ pub(super) unsafe fn consume_item<
         wgmma::fence_proxy_async_shared();
         q_ring.release(q_stage);
     } else {
-        // (The slot went back after the last S product, above.)
+        // One Q slot at head_dim 256: release it first, so the next item's Q loads under the
+        // stores.
+        q_ring.release(q_stage);
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
     }
 }
