@@ -4,6 +4,7 @@ causal attention in f32) generates, up to bf16 near-ties; plus the scheduler's a
 invariants. Our op runs through the library's Host handler."""
 
 import importlib.util
+import json
 import math
 import os
 import re
@@ -386,3 +387,15 @@ def test_serving_benchmark_backends_agree_on_cpu():
     assert set(got) == {"ours", "pallas+cudnn", "xla", "no-attn"}
     assert all("ms" in r for r in got.values()), got
     assert got["ours"]["tokens"] == 3 + 16
+
+
+def test_serving_benchmark_tensor_parallel_widths_alone(tmp_path):
+    """benchmarks/serving_step.py with tensor-parallel backends only (how 70B's shapes run: no one
+    device holds their weights): each width's weights are initialised sharded from the same seed,
+    and the wider width's logits are checked against the first backend named (asserted inside)."""
+    out = tmp_path / "tp.json"
+    _run([str(ROOT / "benchmarks" / "serving_step.py"), "--backends", "ours@tp1,ours@tp2", "--cases",
+          "mixed:3x32+1x16", "--iters", "1", "--out", str(out)], devices=2)
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"ours@tp1", "ours@tp2"} and all("ms" in r for r in rows.values()), rows
+    assert rows["ours@tp2"]["check"].startswith("max |logits - ours@tp1|"), rows["ours@tp2"]
