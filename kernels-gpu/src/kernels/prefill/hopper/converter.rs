@@ -49,7 +49,7 @@ unsafe fn widen_tile<KV: StagedKv, const D: usize>(staged: u32, tile: u32, conve
     const { assert!(CONVERTERS.is_multiple_of(8 * 8), "key steps of whole swizzle atoms at D <= 128") };
     // Every converter's chunks of a tile (keys D / 16 / CONVERTERS: 16 at D 128, 8 at D 64) come
     // in whole loop bodies.
-    debug_assert!((keys * D as u32 / 16 / CONVERTERS).is_multiple_of(AHEAD as u32));
+    const { assert!((ws_keys(D as u32) * D as u32 / 16 / CONVERTERS).is_multiple_of(AHEAD as u32)) };
     // At D 128 a key row is two column blocks of 64 dims, a multiple of 128 bytes apart: lanes
     // that widen dims 0-63 and 64-127 of the same key would store to the same banks (the 8 lanes
     // of a 16-byte store's phase: half of them twice, 2x the wavefronts, ncu). Pairs of rows
