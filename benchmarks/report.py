@@ -363,6 +363,11 @@ def serving_md(data: dict) -> str:
     return "\n".join(lines)
 
 
+def tp_width(backend: str) -> int:
+    """N of ``ours@tpN``."""
+    return int(backend.split("@tp")[1])
+
+
 MODEL_NAMES = {"llama3-8b": "Llama-3-8B", "llama3-70b": "Llama-3-70B's shapes", "tiny": "tiny"}
 
 
@@ -371,7 +376,7 @@ def serving_tp_md(data: dict) -> str:
     host's part and the back-to-back time of the widest."""
     rows = serving_rows(data)
     backends = list(dict.fromkeys(r["backend"] for r in data["rows"]))
-    width = {b: int(b.split("@tp")[1]) if "@tp" in b else 1 for b in backends}
+    width = {b: tp_width(b) if "@tp" in b else 1 for b in backends}
     base, tps = backends[0], backends[1:]
     wide = backends[-1]
     reduce = data.get("reduce_dtype", "float32").replace("float32", "f32").replace("bfloat16", "bf16")
@@ -394,59 +399,60 @@ def serving_tp_md(data: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_serving_tp(f32: dict, bf16: dict, path: str):
-    """Speed-up over one GPU per case and width, f32 and bf16 all-reduces side by side."""
+def save_grouped_bars(path: str, cases: list, series: list, ticks: list, ylabel: str, title: str,
+                      hlines: list) -> None:
+    """One group of bars per case, one bar per ``(label, ys, color, alpha)`` of ``series``, then
+    the horizontal lines ``hlines`` (``axhline`` keyword arguments each), saved to ``path``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = list(serving_rows(f32))
-    tps = [b for b in dict.fromkeys(r["backend"] for r in f32["rows"]) if "@tp" in b]
-    series = [(f"TP={b.split('@tp')[1]}, {name}", data, b) for b in tps for name, data in (("f32", f32), ("bf16", bf16))]
     fig, ax = plt.subplots(figsize=(11.5, 3.8))
     width = 0.8 / len(series)
-    for i, (label, data, b) in enumerate(series):
-        rows = serving_rows(data)
-        ys = [rows[c]["ours"]["ms"] / rows[c][b]["ms"] if "ms" in rows[c].get(b, {}) else 0 for c in cases]
-        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=label, color=f"C{i}",
-               alpha=1.0 if "f32" in label else 0.6)
-    for n in sorted({int(b.split("@tp")[1]) for b in tps}):
-        ax.axhline(n, color="grey", lw=0.8, ls=":")
+    for i, (label, ys, color, alpha) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=label, color=color, alpha=alpha)
+    for line in hlines:
+        ax.axhline(**line)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
-    ax.set_xticklabels([f"{c}\n{serving_rows(f32)[c]['ours']['ms']:.1f} ms" for c in cases], fontsize=7)
-    ax.set_ylabel("speed-up over one GPU", fontsize=8)
-    ax.set_title(f"Llama-3-8B serving step ({f32['layers']} layers), {f32['device']} x {max(int(b.split('@tp')[1]) for b in tps)}"
-                 ": tensor parallel against one GPU (under each case: one GPU)", fontsize=9)
+    ax.set_xticklabels(ticks, fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def plot_serving_tp(f32: dict, bf16: dict, path: str):
+    """Speed-up over one GPU per case and width, f32 and bf16 all-reduces side by side."""
+    rows = {"f32": serving_rows(f32), "bf16": serving_rows(bf16)}
+    cases = list(rows["f32"])
+    tps = [b for b in dict.fromkeys(r["backend"] for r in f32["rows"]) if "@tp" in b]
+    series = []
+    for b in tps:
+        for name in ("f32", "bf16"):
+            got = rows[name]
+            ys = [got[c]["ours"]["ms"] / got[c][b]["ms"] if "ms" in got[c].get(b, {}) else 0 for c in cases]
+            series.append((f"TP={tp_width(b)}, {name}", ys, f"C{len(series)}", 1.0 if name == "f32" else 0.6))
+    widths = sorted({tp_width(b) for b in tps})
+    save_grouped_bars(path, cases, series,
+                      [f"{c}\n{rows['f32'][c]['ours']['ms']:.1f} ms" for c in cases], "speed-up over one GPU",
+                      f"Llama-3-8B serving step ({f32['layers']} layers), {f32['device']} x {max(widths)}: tensor "
+                      "parallel against one GPU (under each case: one GPU)",
+                      [dict(y=n, color="grey", lw=0.8, ls=":") for n in widths])
 
 
 def plot_serving(data: dict, path: str):
     """Each backend's step time relative to ours, per case (> 1: slower than ours)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = serving_rows(data)
     cases = list(rows)
-    others = [(b, label) for b, label in SERVING_BACKENDS if b != "ours"]
-    fig, ax = plt.subplots(figsize=(11.5, 3.8))
-    width = 0.8 / len(others)
-    for i, (b, label) in enumerate(others):
-        ys = [rows[c][b]["ms"] / rows[c]["ours"]["ms"] if "ms" in rows[c].get(b, {}) else 0 for c in cases]
-        ax.bar([x + i * width for x in range(len(cases))], ys, width, label=label, color=f"C{i + 1}")
-    ax.axhline(1.0, color="C0", lw=1.2, label="ours")
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
-    ax.set_xticklabels([f"{c}\n{rows[c]['ours']['ms']:.1f} ms" for c in cases], fontsize=7)
-    ax.set_ylabel("step time / ours", fontsize=8)
-    ax.set_title(f"Llama-3-8B serving step ({data['layers']} layers), {data['device']}: each backend's step time "
-                 "relative to ours (under each case: ours)", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    series = [(label, [rows[c][b]["ms"] / rows[c]["ours"]["ms"] if "ms" in rows[c].get(b, {}) else 0 for c in cases],
+               f"C{i + 1}", 1.0)
+              for i, (b, label) in enumerate((b, label) for b, label in SERVING_BACKENDS if b != "ours")]
+    save_grouped_bars(path, cases, series, [f"{c}\n{rows[c]['ours']['ms']:.1f} ms" for c in cases], "step time / ours",
+                      f"Llama-3-8B serving step ({data['layers']} layers), {data['device']}: each backend's step time "
+                      "relative to ours (under each case: ours)",
+                      [dict(y=1.0, color="C0", lw=1.2, label="ours")])
 
 
 def replace_blocks(text: str, blocks: dict) -> str:
