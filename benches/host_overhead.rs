@@ -363,9 +363,9 @@ fn plan_kernel_launches(
     spec: &PagedAttention,
 ) {
     use kernels_gpu::attention::planner::{plan_bytes, plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
-    use kernels_gpu::kernels::prefill::hopper::{ws_scratch_bytes, ws_tile_rows};
+    use kernels_gpu::kernels::prefill::hopper::{ws_consumers, ws_scratch_bytes, ws_tile_rows};
     use kernels_gpu::tma::TensorMapImage;
-    let rows = ws_tile_rows(spec.group().max(1));
+    let rows = ws_tile_rows(spec.group().max(1), ws_consumers(spec.head_dim, false));
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
     let bytes = ws_scratch_bytes(capacity).max(plan_bytes(capacity)) as usize;
     let plan: CudaSlice<u8> = stream.alloc_zeros(bytes).unwrap();
@@ -410,13 +410,16 @@ fn ws_kernel_launches(
     module: &ContextModule,
 ) {
     use kernels_gpu::attention::planner::{plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
-    use kernels_gpu::kernels::prefill::hopper::{ws_scratch_bytes, ws_shared_bytes, ws_tile_rows, WS_THREADS};
+    use kernels_gpu::kernels::prefill::hopper::{
+        ws_consumers, ws_scratch_bytes, ws_shared_bytes, ws_threads, ws_tile_rows,
+    };
     use kernels_gpu::tma::TensorMapImage;
     if !module.image.has_wgmma() {
         return;
     }
     let spec = Shape { name: "ws_1", rows: 1, seqs: 1, pages_per_seq: 1, pool_pages: 1 }.spec();
-    let rows = ws_tile_rows(spec.group().max(1));
+    let consumers = ws_consumers(DIM as u32, false);
+    let rows = ws_tile_rows(spec.group().max(1), consumers);
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
     let plan: CudaSlice<u8> = stream.alloc_zeros(ws_scratch_bytes(capacity) as usize).unwrap();
     let zeros_i32 = |n: usize| -> CudaSlice<i32> { stream.alloc_zeros(n).unwrap() };
@@ -445,7 +448,7 @@ fn ws_kernel_launches(
     unsafe {
         launch_programmatic(planner, 1, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())
     };
-    let shared = ws_shared_bytes(DIM as u32, false);
+    let shared = ws_shared_bytes(DIM as u32, false, consumers);
     let f = module.function_with_shared("rpa_tile_ws_bf16_bf16_d128", shared).unwrap();
     let mut args = KernelArgs::new();
     args.push(q).push(kv).push(kv_lens.device_ptr(stream).0).push(table.device_ptr(stream).0);
@@ -457,7 +460,7 @@ fn ws_kernel_launches(
     g.bench_function("ws_launch_prepared", |b| {
         b.iter_custom(|iters| {
             time_bursts(stream, iters, || unsafe {
-                launch_programmatic(f, blocks, WS_THREADS, shared, raw_stream, args.pointers().as_mut_ptr())
+                launch_programmatic(f, blocks, ws_threads(consumers), shared, raw_stream, args.pointers().as_mut_ptr())
             })
         })
     });

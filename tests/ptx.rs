@@ -159,7 +159,9 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // warp-specialized tile kernels (sm_90a), whose producer warp keeps 32 bytes of stack
         // (48/56 bytes of spill stores/loads, outside the consumers' math)" (docs/architecture.md;
         // with one fp8 twin of the warp-specialized kernel, `rpa_tile_ws_f16_e5m2_d64`, 4 bytes of
-        // its consumers' item walk). The kernels with local memory are printed for each arch.
+        // its consumers' item walk; and the head_dim-64 16-bit warp-specialized kernels, whose
+        // three consumers' 160 registers keep a few loop invariants on the stack). The kernels
+        // with local memory are printed for each arch.
         let mut function = "";
         let mut nonzero = vec![];
         for line in log.lines() {
@@ -175,6 +177,17 @@ fn ptxas_accepts_the_ptx_without_spills() {
                     // Stack frame, spill stores, spill loads: no more than measured.
                     assert!(
                         bytes.len() == 3 && bytes[0] <= 32 && bytes[1] <= 48 && bytes[2] <= 56,
+                        "{arch} {function}: {line}"
+                    );
+                    continue;
+                }
+                if matches!(function, "rpa_tile_ws_f16_f16_d64" | "rpa_tile_ws_bf16_bf16_d64") {
+                    // Three consumer warpgroups (512 threads): FA3's 32 / 160 registers. With
+                    // ptxas 13.0 the consumers reload a few loop invariants (6 local loads a tile,
+                    // L1 hits), the producer some of its walk's; their `wgmma`s stay pipelined
+                    // (at 48 / 152 ptxas serialized them instead). No more than measured.
+                    assert!(
+                        bytes.len() == 3 && bytes[0] <= 64 && bytes[1] <= 144 && bytes[2] <= 184,
                         "{arch} {function}: {line}"
                     );
                     continue;

@@ -201,14 +201,15 @@ pub mod ids {
     /// The pipelined decode kernel at head_dim 256: one per pair of warps sharing a 16-key group
     /// (`1 + key group`).
     pub const DECODE_KEY_PAIRS: Range<u32> = 1..3;
-    /// The warp-specialized prefill's consumers taking turns to issue their products
-    /// (FlashAttention 3's ping-pong): consumer `c` waits on `3 + c`, the other arrives on it.
-    pub const WS_PINGPONG: Range<u32> = 3..5;
-    /// The warp-specialized prefill's epilogue: consumer `c`'s warpgroup alone, `5 + c`.
-    pub const WS_EPILOGUE: Range<u32> = 5..7;
-    /// The warp-specialized prefill with fp8 KV: consumer `c`'s warpgroup alone, once its warps
-    /// have rewritten their rows of Q as f16 operands, `7 + c`.
-    pub const WS_Q_CONVERT: Range<u32> = 7..9;
+    /// The warp-specialized prefill's consumers (up to three) taking turns to issue their
+    /// products (FlashAttention 3's ping-pong): consumer `c` waits on `3 + c`, the consumer
+    /// before it in the round arrives on it.
+    pub const WS_PINGPONG: Range<u32> = 3..6;
+    /// The warp-specialized prefill's epilogue: consumer `c`'s warpgroup alone, `6 + c`.
+    pub const WS_EPILOGUE: Range<u32> = 6..9;
+    /// The warp-specialized prefill with fp8 KV (two consumers): consumer `c`'s warpgroup alone,
+    /// once its warps have rewritten their rows of Q as f16 operands, `9 + c`.
+    pub const WS_Q_CONVERT: Range<u32> = 9..11;
     /// A mixed batch's decode blocks: each of the block's three 128-thread groups has its own
     /// (`4 + group`). A mix block runs decode groups or the tile role, never both.
     pub const MIX_DECODE_GROUPS: Range<u32> = 4..7;

@@ -5,7 +5,8 @@
 //! Why: a mix with its decode rows apart was two launches (the decode kernel, then the tile
 //! kernel beside it), and a launch costs the host ~2.5 µs (benchmarks/NOTES.md "v24", issue 9's
 //! host budget of 5 µs per call). One function means one block size and one shared-memory size:
-//! the tile kernel's (384 threads, ~225 KiB at head_dim 128, one block per multiprocessor). A
+//! the tile kernel's with two consumers ([`MIX_CONSUMERS`]: 384 threads, ~225 KiB at head_dim
+//! 128, one block per multiprocessor; the tile kernel launched alone has three at head_dim 64). A
 //! decode block is 128 threads on two stages (64 KiB at head_dim 128), so a block of this grid
 //! holds three of them, each a [`GroupSlot`]: its own grid position, its third of the threads, a
 //! named barrier, its share of the shared memory. Three decode blocks of two stages
@@ -44,10 +45,16 @@ use crate::kernels::decode::general::RpaPointers;
 use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
 use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
 use crate::kernels::prefill::hopper::scheduler::TileGrid;
-use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, WS_THREADS};
+use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, ws_threads};
 
+/// Consumer warpgroups of a mix's tile blocks: two at both head dims (the one-launch grid's blocks
+/// all have [`MIX_THREADS`], which its decode blocks fill with [`MIX_GROUPS`] groups).
+pub const MIX_CONSUMERS: u32 = 2;
+/// Threads of a mix block.
+pub const MIX_THREADS: u32 = ws_threads(MIX_CONSUMERS);
 /// Decode blocks ([`GroupSlot`]s) per block of the grid.
-pub const MIX_GROUPS: u32 = WS_THREADS / GROUP_THREADS;
+pub const MIX_GROUPS: u32 = MIX_THREADS / GROUP_THREADS;
+const _: () = assert!(MIX_THREADS == 384, "the mix kernels' max_threads");
 const _: () = assert!(
     MIX_GROUPS == crate::barrier::ids::MIX_DECODE_GROUPS.end - crate::barrier::ids::MIX_DECODE_GROUPS.start,
     "a named barrier per decode group"
@@ -58,8 +65,8 @@ const _: () = assert!(
 pub const MIX_DECODE_STAGES: u32 = 2;
 
 const _: () = assert!(
-    MIX_GROUPS * mix_group_shared_bytes(64, MIX_DECODE_STAGES) <= ws_shared_bytes(64, false)
-        && MIX_GROUPS * mix_group_shared_bytes(128, MIX_DECODE_STAGES) <= ws_shared_bytes(128, false)
+    MIX_GROUPS * mix_group_shared_bytes(64, MIX_DECODE_STAGES) <= ws_shared_bytes(64, false, MIX_CONSUMERS)
+        && MIX_GROUPS * mix_group_shared_bytes(128, MIX_DECODE_STAGES) <= ws_shared_bytes(128, false, MIX_CONSUMERS)
 );
 
 /// Blocks of the decode twin's grid (sequences x KV heads x head chunks of
@@ -103,7 +110,7 @@ unsafe fn rpa_mix<
     crate::grid_dependency::wait_for_prerequisites();
     let b = block_idx_x();
     if b >= decode_blocks {
-        rpa_tiled_ws::<Q, Q, D, KSTEPS, NTILES, KN, KSP, PW, TileGrid>(
+        rpa_tiled_ws::<Q, Q, D, KSTEPS, NTILES, KN, KSP, PW, MIX_CONSUMERS, TileGrid>(
             tiles,
             tile_params,
             maps,
@@ -143,14 +150,15 @@ macro_rules! rpa_mix_kernels {
         /// # Safety
         /// Grid `(decode_blocks + T, 1)` with `decode_blocks` [`mix_decode_blocks`] of the shapes
         /// and `T` tile blocks, at most one per multiprocessor and at most
-        /// `tile_params.plan_capacity * num_kv_heads`, [`WS_THREADS`]
-        /// threads, `ws_shared_bytes(D, false)` of dynamic shared memory, at least [`MIX_GROUPS`]
+        /// `tile_params.plan_capacity * num_kv_heads`, [`MIX_THREADS`]
+        /// threads, `ws_shared_bytes(D, false, MIX_CONSUMERS)` of dynamic shared memory (the tile
+        /// plan's rows `ws_tile_rows(group, MIX_CONSUMERS)`), at least [`MIX_GROUPS`]
         /// `mix_group_shared_bytes(D, decode_params.pipe_stages)`; `tile_params` as the
         /// warp-specialized kernel's where it plans itself (a nonzero `launch_tag`) and
         /// `decode_params` as the pipelined twin's on a grid of `max_num_seqs` sequences with one
         /// split, both with `decode_apart` [`crate::attention::DECODE_APART_ONE_LAUNCH`] and the
         /// same shapes; the buffers as `rpa_tile_ws_*` takes them, `plan` the call's workspace.
-        #[kernel(max_threads = 384)]
+        #[kernel(max_threads = 384)] // MIX_THREADS
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
             q: *const $q, kv: *const $q, kv_lens: *const i32, page_indices: *const i32,
@@ -186,7 +194,7 @@ mod tests {
         assert_eq!(MIX_GROUPS, 3);
         for d in [64, 128] {
             assert!(
-                MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d, false),
+                MIX_GROUPS * mix_group_shared_bytes(d, MIX_DECODE_STAGES) <= ws_shared_bytes(d, false, MIX_CONSUMERS),
                 "head_dim {d}"
             );
         }

@@ -5,7 +5,7 @@ use kernels_gpu::attention::planner::plan_capacity;
 use kernels_gpu::kernels::decode::key_rows::KEY_ROWS_MAX_HEADS;
 use kernels_gpu::kernels::decode::mma::mma_supports_head_dim;
 use kernels_gpu::kernels::decode::pipelined::pipelined_supports;
-use kernels_gpu::kernels::prefill::hopper::{ws_supports, ws_supports_fp8, ws_tile_rows, WS_BLOCK_KEYS};
+use kernels_gpu::kernels::prefill::hopper::{ws_supports, ws_supports_fp8, ws_tile_rows, MIN_CONSUMERS, WS_BLOCK_KEYS};
 use kernels_gpu::kernels::prefill::tiled::tiled_supports;
 
 use super::settings::KernelChoice;
@@ -92,10 +92,11 @@ pub fn wgmma_tiles_preferred(spec: &PagedAttention) -> bool {
 }
 
 /// Whether the warp-specialized kernel's work indices ((item, KV head) pairs and, in the plan's
-/// fallback, rows times heads, with a grid's width of slack) stay below 2^32.
+/// fallback, rows times heads, with a grid's width of slack) stay below 2^32 (with the fewest
+/// rows per item of any block's consumers: the most items).
 fn ws_work_indices_fit(spec: &PagedAttention) -> bool {
     let group = spec.group();
-    let rows = ws_tile_rows(group.max(1)).max(1) as u64;
+    let rows = ws_tile_rows(group.max(1), MIN_CONSUMERS).max(1) as u64;
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows);
     3 * capacity.max(spec.max_tokens as u64) * spec.num_kv_heads as u64 <= u32::MAX as u64
 }

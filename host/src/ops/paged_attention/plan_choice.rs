@@ -7,8 +7,8 @@ use kernels_gpu::kernels::decode::mma::{mma_shared_bytes, MMA_HEADS_PER_BLOCK};
 use kernels_gpu::kernels::decode::pipelined::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_threads, pipelined_tile_keys, PIPE_TILE_KEYS,
 };
-use kernels_gpu::kernels::mix::mix_decode_slots;
-use kernels_gpu::kernels::prefill::hopper::{ws_plans_itself, ws_shared_bytes, ws_tile_rows, WS_THREADS};
+use kernels_gpu::kernels::mix::{mix_decode_slots, MIX_CONSUMERS};
+use kernels_gpu::kernels::prefill::hopper::{ws_consumers, ws_plans_itself, ws_shared_bytes, ws_threads, ws_tile_rows};
 use kernels_gpu::kernels::prefill::tiled::{tile_rows, tiled_shared_bytes, tiled_wgmma_shared_bytes, TILE_THREADS};
 
 use super::applicability::*;
@@ -192,20 +192,22 @@ pub(super) fn plan_launch(
 fn plan_tiled(module: &ContextModule, spec: &PagedAttention, kernel: KernelChoice, apart: bool) -> Result<LaunchPlan> {
     let group = spec.group();
     let ws = kernel == KernelChoice::TiledWarpSpecialized;
-    let rows = if ws { ws_tile_rows(group) } else { tile_rows(group) };
+    let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };
+    let settings = settings()?;
+    let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(module, spec, &d, &settings));
+    // The warp-specialized block's consumer warpgroups: the mix kernel's tile blocks have two, the
+    // tile kernel its head dim's (three at head_dim 64 with 16-bit KV).
+    let fp8 = spec.kv_dtype != spec.q_dtype;
+    let consumers = if one_launch { MIX_CONSUMERS } else { ws_consumers(spec.head_dim, fp8) };
+    let rows = if ws { ws_tile_rows(group, consumers) } else { tile_rows(group) };
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
     ensure!(capacity < (1u64 << 31), "max_num_batched_tokens is too large for the tiled kernel's grid");
     ensure!(spec.num_kv_heads <= 65535, "num_kv_heads ({}) exceeds the grid limit", spec.num_kv_heads);
     let (threads, shared_bytes) = match kernel {
         KernelChoice::TiledWgmma => (TILE_THREADS, tiled_wgmma_shared_bytes(spec.head_dim)),
-        KernelChoice::TiledWarpSpecialized => {
-            (WS_THREADS, ws_shared_bytes(spec.head_dim, spec.kv_dtype != spec.q_dtype))
-        }
+        KernelChoice::TiledWarpSpecialized => (ws_threads(consumers), ws_shared_bytes(spec.head_dim, fp8, consumers)),
         _ => (TILE_THREADS, tiled_shared_bytes(spec.head_dim)),
     };
-    let decode = if apart { Some(plan_apart_decode(module, spec)?) } else { None };
-    let settings = settings()?;
-    let one_launch = ws && decode.is_some_and(|d| mix_in_one_launch(module, spec, &d, &settings));
     let tile_kernel = attention_kernel(module, spec, kernel);
     let can_plan_itself = ws && ws_plans_itself(spec.head_dim);
     Ok(LaunchPlan::Tiled(TiledPlan {

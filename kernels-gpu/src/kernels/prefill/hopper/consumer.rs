@@ -1,5 +1,6 @@
 //! The consumer warpgroups: per tile S = Q Kᵀ, mask and online softmax, O += P V (`wgmma`), in
-//! FlashAttention 3's order, with the ping-pong between the two consumers. With fp8 KV the
+//! FlashAttention 3's order, with the ping-pong between the consumers (two, or three at head_dim
+//! 64 with 16-bit KV). With fp8 KV the
 //! operands are f16: each warp first scales its 16 rows of a bf16 Q tile into f16's range
 //! ([`q_to_f16_operand`]).
 
@@ -82,7 +83,7 @@ pub(super) fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
     }
 }
 
-/// A consumer's part of one item: its 64 M rows (`consumer` 0 or 1: M rows `64 consumer ..`),
+/// A consumer's part of one item: its 64 M rows (`consumer` 0..C: M rows `64 consumer ..`),
 /// every key tile of the item from the rings (a tile none of its rows sees is waited for and
 /// released unread), then its rows of the output. `tiles`: the block's tile counter.
 #[inline(always)]
@@ -96,6 +97,7 @@ pub(super) unsafe fn consume_item<
     const KN: usize,
     const KSP: usize,
     const PW: usize,
+    const C: u32,
 >(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
@@ -110,10 +112,10 @@ pub(super) unsafe fn consume_item<
     g: u32,
 ) {
     let group = p.num_q_heads / p.num_kv_heads;
-    let ctid = thread_idx_x() - WARPGROUP; // 0..256 over both consumers
+    let ctid = thread_idx_x() - WARPGROUP; // 0..128 C over the consumers
     let wtid = ctid % WARPGROUP; // within this consumer
     if seq == NO_SEQUENCE {
-        zero_item_rows::<Q, D>(ptr, p, r0, rc, g, ctid, 2 * WARPGROUP);
+        zero_item_rows::<Q, D>(ptr, p, r0, rc, g, ctid, C * WARPGROUP);
         return;
     }
 
@@ -183,18 +185,20 @@ pub(super) unsafe fn consume_item<
     // Ping-pong (`p.consumer_schedule` 1): the consumers take turns to issue their products, so
     // the tensor cores run one consumer's S and P V while the other computes its softmax, and
     // each one's S is not queued behind the other's. Consumer c's turn starts when it syncs on
-    // named barrier 3 + c and ends when it arrives on the other's; consumer 1 arrives once on
-    // consumer 0's at the block's start (`rpa_tiled_ws`), consumer 0 syncs once more at its end.
-    // Both take a turn for every tile of every item, their rows seeing it or not, so the turns
-    // pair up.
+    // named barrier 3 + c and ends when it arrives on the next one's in the round (c + 1 mod C);
+    // the last consumer arrives once on consumer 0's at the block's start (`rpa_tiled_ws`),
+    // consumer 0 syncs once more at its end. Every consumer takes a turn for every tile of every
+    // item, its rows seeing it or not, so the turns pair up. (The branches fold to two for C 2.)
     let pingpong = p.consumer_schedule != 0;
     let turn_begin = #[inline(always)]
     || {
         if pingpong {
             if consumer == 0 {
                 barrier::sync_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP)
-            } else {
+            } else if C == 2 || consumer == 1 {
                 barrier::sync_named::<{ ids::WS_PINGPONG.start + 1 }>(2 * WARPGROUP)
+            } else {
+                barrier::sync_named::<{ ids::WS_PINGPONG.start + 2 }>(2 * WARPGROUP)
             }
         }
     };
@@ -203,8 +207,10 @@ pub(super) unsafe fn consume_item<
         if pingpong {
             if consumer == 0 {
                 barrier::arrive_named::<{ ids::WS_PINGPONG.start + 1 }>(2 * WARPGROUP)
-            } else {
+            } else if C == 2 || consumer == 2 {
                 barrier::arrive_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP)
+            } else {
+                barrier::arrive_named::<{ ids::WS_PINGPONG.start + 2 }>(2 * WARPGROUP)
             }
         }
     };

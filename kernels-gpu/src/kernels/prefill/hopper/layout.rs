@@ -30,10 +30,10 @@ pub(super) const fn staging_bytes(head_dim: u32) -> u32 {
     ws_keys(head_dim) * head_dim
 }
 
-/// Bytes from the aligned base to the mbarriers: the Q ring, the K and V rings and, with fp8 KV,
-/// the staging rings.
-pub(super) const fn data_bytes(head_dim: u32, fp8: bool) -> u32 {
-    2 * ws_q_slots(head_dim, fp8) * q_tile_bytes(head_dim)
+/// Bytes from the aligned base to the mbarriers: the Q ring (a tile per consumer and slot), the K
+/// and V rings and, with fp8 KV, the staging rings.
+pub(super) const fn data_bytes(head_dim: u32, fp8: bool, consumers: u32) -> u32 {
+    consumers * ws_q_slots(head_dim, fp8) * q_tile_bytes(head_dim)
         + (WS_K_STAGES + ws_v_stages(fp8)) * stage_bytes(head_dim)
         + if fp8 { 2 * STAGING_STAGES * staging_bytes(head_dim) } else { 0 }
 }
@@ -59,6 +59,8 @@ pub(super) struct SharedLayout {
     pub(super) head_dim: u32,
     /// fp8 KV: staging rings, one Q slot, two V stages.
     pub(super) fp8: bool,
+    /// Consumer warpgroups (a Q tile each per slot).
+    pub(super) consumers: u32,
 }
 
 // The mbarriers, each ring's consecutive: full K, full V, empty K, empty V (laid out for
@@ -76,11 +78,11 @@ const _: () = assert!(V8_FULL + 2 * STAGING_STAGES == BARRIERS, "every mbarrier 
 
 impl SharedLayout {
     pub(super) fn q(&self, slot: u32, consumer: u32) -> u32 {
-        self.base + (2 * slot + consumer) * q_tile_bytes(self.head_dim)
+        self.base + (self.consumers * slot + consumer) * q_tile_bytes(self.head_dim)
     }
     pub(super) fn k(&self, stage: u32) -> u32 {
         self.base
-            + 2 * ws_q_slots(self.head_dim, self.fp8) * q_tile_bytes(self.head_dim)
+            + self.consumers * ws_q_slots(self.head_dim, self.fp8) * q_tile_bytes(self.head_dim)
             + stage * stage_bytes(self.head_dim)
     }
     /// Words of a stage's presence masks (32 keys each).
@@ -99,7 +101,7 @@ impl SharedLayout {
         self.k8(STAGING_STAGES + stage)
     }
     pub(super) fn barriers(&self) -> u32 {
-        self.base + data_bytes(self.head_dim, self.fp8)
+        self.base + data_bytes(self.head_dim, self.fp8, self.consumers)
     }
     fn barrier(&self, index: u32) -> u32 {
         self.barriers() + 8 * index
@@ -135,7 +137,7 @@ impl SharedLayout {
     }
     /// A generic pointer to the 4-byte word `byte` bytes after the mbarriers.
     fn tail_word(&self, byte: u32) -> *mut u32 {
-        let offset = data_bytes(self.head_dim, self.fp8) + 8 * BARRIERS + byte;
+        let offset = data_bytes(self.head_dim, self.fp8, self.consumers) + 8 * BARRIERS + byte;
         // SAFETY (of the offset): inside the block's dynamic shared memory (`ws_shared_bytes`).
         unsafe { self.base_ptr.add(offset as usize) as *mut u32 }
     }

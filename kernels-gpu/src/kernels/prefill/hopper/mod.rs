@@ -12,7 +12,9 @@
 //! sequences apart at head dims 64 and 128 it publishes them under the call's tag. With decode
 //! sequences apart (and `XGK_RPA_DECODE_APART=2`, the default) this kernel's blocks wait for the
 //! published plan rather than for the decode kernel, which they run beside.
-//! A block of [`WS_THREADS`] threads is three warpgroups with different jobs and register budgets ([`crate::warpgroup`]):
+//! A block of [`ws_threads`] threads is a producer warpgroup and two consumer warpgroups (three at
+//! head_dim 64 with 16-bit KV, [`ws_consumers`]: 192-row tiles) with different jobs and register
+//! budgets ([`crate::warpgroup`]):
 //! - warpgroup 0, the *producer*: its warps 0 and 1 load the K and the V tiles of [`ws_keys`]
 //!   keys (128; 64 at head_dim 256) into shared-memory rings (two K stages, three V stages: a V stage is released a tile
 //!   after its K stage) with the tensor memory accelerator, one bulk copy per (16-key page block,
@@ -23,14 +25,14 @@
 //!   always `cp.async`), so the next item's Q is in
 //!   place when the consumers finish an item; it runs on 48 registers, the consumers on 224 (24 and
 //!   240 at head_dim 256);
-//! - warpgroups 1 and 2, the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
+//! - warpgroups 1, 2 (and 3), the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
 //!   `m64n128k16`, or `m64n64k16` for 64-key tiles, Q and K from shared memory), the mask and
 //!   online softmax, and O += P V
 //!   (`wgmma`, P from registers), in FA3's order (S of tile i issued before the P V of tile i - 1,
 //!   the softmax of tile i while that P V runs), releasing each stage on its *empty* mbarrier as
-//!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the two consumers
-//!   take turns to issue their products (FA3's ping-pong, two named barriers), so one's softmax
-//!   runs under the other's matrix products; with 0 they issue freely. At an item's end each
+//!   soon as they are done reading it. With `RpaParams::consumer_schedule` 1 the consumers
+//!   take turns to issue their products (FA3's ping-pong, a named barrier each, in a round), so
+//!   one's softmax runs under the others' matrix products; with 0 they issue freely. At an item's end each
 //!   consumer warp stages its rows of O in its own Q tile (`stmatrix`, head dims 64 and 128; at
 //!   256, whose Q ring has one slot, they are stored from registers): where Q came by its map and
 //!   all 64 of the consumer's rows are in the item, in the map's layout, and one thread writes the
@@ -88,8 +90,24 @@ use layout::{data_bytes, tail_bytes, SharedLayout, STAGING_STAGES};
 use producer::{load_q_item, load_q_item_tma, produce_item, produce_item_fp8};
 use scheduler::{count_block_done, for_each_pair, plan_or_wait, publish_plan, store_maps, TileBlocks, WholeGrid};
 
-/// M rows (query row × query head pairs) of a tile item: 64 per consumer warpgroup.
-pub const WS_TILE_M: u32 = 128;
+/// Consumer warpgroups of a block at a head dim, with fp8 KV or not ([`rpa_tile_ws_kernels`]'s
+/// kernels): three at head_dim 64 with 16-bit KV, as FlashAttention 3 runs it (a tile's products
+/// are half head_dim 128's while its softmax is the same, so two consumers' turns leave the tensor
+/// cores idle: benchmarks/NOTES.md "v36", "v37"); else two (at head_dim 128 and 256 the consumers'
+/// registers hold no third; with fp8 KV the converters take the producer's budget). A mix's tile
+/// blocks have two ([`crate::kernels::mix`]).
+pub const fn ws_consumers(head_dim: u32, fp8: bool) -> u32 {
+    if head_dim == 64 && !fp8 {
+        3
+    } else {
+        2
+    }
+}
+/// Most consumer warpgroups of a block ([`ws_consumers`]).
+pub const MAX_CONSUMERS: u32 = 3;
+/// Fewest consumer warpgroups of a block: the plan's capacity with [`ws_tile_rows`] of this many
+/// bounds every kernel's.
+pub const MIN_CONSUMERS: u32 = 2;
 /// Keys per K/V tile at head_dim 64 and 128 (S of a consumer is 64 x 128: 64 f32 registers per
 /// thread); 64 at head_dim 256, where O takes 128 registers ([`ws_keys`]).
 pub const WS_KEYS: u32 = 128;
@@ -131,8 +149,11 @@ pub const fn ws_supports_fp8(head_dim: u32) -> bool {
     head_dim == 64 || head_dim == 128
 }
 
-/// Threads per block: the producer warpgroup and two consumer warpgroups.
-pub const WS_THREADS: u32 = 384;
+/// Threads per block: the producer warpgroup and `consumers` consumer warpgroups
+/// ([`ws_consumers`]).
+pub const fn ws_threads(consumers: u32) -> u32 {
+    WARPGROUP * (1 + consumers)
+}
 /// Stages of the K ring and of the V ring (a stage of K or V is 32 KiB at head_dim 128). V gets
 /// one more: with K(i) and V(i) loaded together, a V stage is released a tile later than its K
 /// stage (after P V, not after S), and a third stage gives its copy a tile more of lead.
@@ -175,10 +196,19 @@ const CONSUMER_REGISTERS_FP8: u32 = 216;
 /// At head_dim 256 (O alone is 128 registers): 128 x 24 + 256 x 240 = 384 x 168.
 const PRODUCER_REGISTERS_D256: u32 = 24;
 const CONSUMER_REGISTERS_D256: u32 = 240;
+/// Three consumers (head_dim 64, 16-bit KV; 512 threads, at most 128 registers each at launch):
+/// 128 x 32 + 384 x 160 = 512 x 128, FA3's budgets. A consumer's S (64), O (32) and P (32) leave
+/// it 32 for the softmax and addresses: with ptxas 13.0 it spills a few words (6 local loads and
+/// stores a tile), the producer some of its walk's; at 48 / 152 ptxas serialized the consumers'
+/// `wgmma`s instead (a wait after each), at 24 / 160 the producer spilled twice as much.
+const PRODUCER_REGISTERS_3C: u32 = 32;
+const CONSUMER_REGISTERS_3C: u32 = 160;
 /// Arrivals that fill a stage: the producer's lane 0, announcing the stage's bytes.
 const FULL_ARRIVALS: u32 = 1;
 /// Arrivals that empty a stage (or a Q slot): every consumer thread, once it has read it.
-const EMPTY_ARRIVALS: u32 = 2 * WARPGROUP;
+const fn empty_arrivals(consumers: u32) -> u32 {
+    consumers * WARPGROUP
+}
 /// Mbarriers: full and empty for each K and V stage, each Q slot, each schedule slot and each
 /// fp8 staging stage (K and V).
 const BARRIERS: u32 = 2 * (WS_K_STAGES + WS_V_STAGES) + 2 * MAX_Q_SLOTS + 2 * SCHED_SLOTS + 4 * STAGING_STAGES;
@@ -189,9 +219,10 @@ pub const fn ws_supports(head_dim: u32, group: u32) -> bool {
     matches!(head_dim, 64 | 128 | 256) && group >= 1 && group <= TILE_M
 }
 
-/// Query rows per tile item of this kernel for a GQA group.
-pub const fn ws_tile_rows(group: u32) -> u32 {
-    WS_TILE_M / group
+/// Query rows per tile item of a block of `consumers` consumer warpgroups for a GQA group (64 M
+/// rows, query row x query head pairs, per consumer).
+pub const fn ws_tile_rows(group: u32, consumers: u32) -> u32 {
+    consumers * CONSUMER_M / group
 }
 
 /// Whether the kernel can build its own plan at a head dim, or wait for one published under a tag
@@ -244,12 +275,12 @@ pub const fn ws_q_box(group: u32) -> [u32; 3] {
 }
 
 /// Dynamic shared memory: 1 KiB to align the data to the 128-byte swizzle's 1024 bytes, the Q
-/// ring (two consumers' Q tiles per slot), the K and V rings (with fp8 KV, the staging rings),
+/// ring (the `consumers`' Q tiles per slot), the K and V rings (with fp8 KV, the staging rings),
 /// then the mbarriers, the presence masks (with K) and the schedule ring. At head_dim 128 and
 /// 256: 225 KiB (one block per multiprocessor, as its registers allow anyway; 227 KiB is the most
 /// a block may take).
-pub const fn ws_shared_bytes(head_dim: u32, fp8: bool) -> u32 {
-    1024 + data_bytes(head_dim, fp8) + 8 * BARRIERS + tail_bytes(head_dim)
+pub const fn ws_shared_bytes(head_dim: u32, fp8: bool, consumers: u32) -> u32 {
+    1024 + data_bytes(head_dim, fp8, consumers) + 8 * BARRIERS + tail_bytes(head_dim)
 }
 
 /// The warp-specialized kernel's body (see the module docs) as block `grid.block` of
@@ -265,6 +296,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
     const KN: usize,
     const KSP: usize,
     const PW: usize,
+    const C: u32,
     G: TileBlocks,
 >(
     ptr: TiledPointers<Q>,
@@ -273,6 +305,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
     grid: G,
 ) {
     const {
+        // Two consumers, or three at head_dim 64 with 16-bit KV (their registers: `_3C`).
+        assert!(C == 2 || (C == 3 && D == 64 && !KV::FP8), "consumer warpgroups");
         assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
         // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
         assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
@@ -292,17 +326,18 @@ pub(crate) unsafe fn rpa_tiled_ws<
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
     let base = (raw_address + 1023) & !1023;
-    let smem = SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32, fp8 };
+    let smem =
+        SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32, fp8, consumers: C };
     let tid = thread_idx_x();
     if tid == 0 {
         // With fp8 KV the converters fill the K and V stages (each of them arrives), and the
         // bulk copies the staging stages, which the converters empty.
         let kv_fill = if fp8 { CONVERTERS } else { FULL_ARRIVALS };
-        smem.k_ring().init(kv_fill, EMPTY_ARRIVALS);
-        smem.v_ring().init(kv_fill, EMPTY_ARRIVALS);
+        smem.k_ring().init(kv_fill, empty_arrivals(C));
+        smem.v_ring().init(kv_fill, empty_arrivals(C));
         let q_loaders = if fp8 { Q_LOADERS_FP8 } else { Q_LOADERS };
-        smem.q_ring().init(if q_by_tma { 1 } else { q_loaders }, EMPTY_ARRIVALS);
-        smem.sched_ring().init(1, WS_THREADS);
+        smem.q_ring().init(if q_by_tma { 1 } else { q_loaders }, empty_arrivals(C));
+        smem.sched_ring().init(1, ws_threads(C));
         if fp8 {
             smem.k8_ring().init(FULL_ARRIVALS, CONVERTERS);
             smem.v8_ring().init(FULL_ARRIVALS, CONVERTERS);
@@ -310,7 +345,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
     }
     if tagged_plan {
         // (Its block barriers order the mbarriers' initialization before their use too.)
-        plan_or_wait(&ptr, &p, maps, grid);
+        plan_or_wait(&ptr, &p, maps, grid, ws_threads(C));
     } else {
         // The inputs and the plan (and with decode rows apart, the decode kernel's end) after
         // the wait.
@@ -324,6 +359,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
     if role == 0 {
         if D > 128 {
             warpgroup::release_registers::<PRODUCER_REGISTERS_D256>();
+        } else if C == 3 {
+            warpgroup::release_registers::<PRODUCER_REGISTERS_3C>();
         } else if fp8 {
             warpgroup::release_registers::<PRODUCER_REGISTERS_FP8>();
         } else {
@@ -375,7 +412,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
                 #[inline(always)]
                 |seq, r0, _, g| {
                     if seq != NO_SEQUENCE && issuer {
-                        load_q_item_tma::<D>(&p, smem, q_map, &mut items, r0, g)
+                        load_q_item_tma::<D, C>(&p, smem, q_map, &mut items, r0, g)
                     }
                 },
             );
@@ -388,7 +425,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
                 #[inline(always)]
                 |seq, r0, rc, g| {
                     if seq != NO_SEQUENCE {
-                        load_q_item::<Q, D>(&ptr, &p, smem, tid - 2 * WARP_SIZE, Q_LOADERS, &mut items, r0, rc, g)
+                        load_q_item::<Q, D, C>(&ptr, &p, smem, tid - 2 * WARP_SIZE, Q_LOADERS, &mut items, r0, rc, g)
                     }
                 },
             );
@@ -396,6 +433,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
     } else {
         if D > 128 {
             warpgroup::claim_registers::<CONSUMER_REGISTERS_D256>();
+        } else if C == 3 {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS_3C>();
         } else if fp8 {
             warpgroup::claim_registers::<CONSUMER_REGISTERS_FP8>();
         } else {
@@ -410,9 +449,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
         if o_map != 0 && issuer {
             tma::acquire_map(o_map);
         }
-        // Ping-pong turns (see `consume_item`): consumer 0 goes first.
+        // Ping-pong turns (see `consume_item`): consumer 0 goes first, the last consumer's
+        // arrival on its barrier opening the first turn.
         let pingpong = p.consumer_schedule != 0;
-        if pingpong && consumer == 1 {
+        if pingpong && consumer == C - 1 {
             barrier::arrive_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP);
         }
         for_each_pair(
@@ -422,7 +462,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
             grid,
             #[inline(always)]
             |seq, r0, rc, g| {
-                consume_item::<Q, KV, D, KSTEPS, NTILES, KN, KSP, PW>(
+                consume_item::<Q, KV, D, KSTEPS, NTILES, KN, KSP, PW, C>(
                     &ptr, &p, smem, consumer, o_map, &mut tiles, &mut items, seq, r0, rc, g,
                 )
             },
@@ -431,7 +471,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
         if o_map != 0 && issuer {
             tma::bulk_wait_group::<0>();
         }
-        // Consumer 1's last turn ended with an arrival on consumer 0's barrier.
+        // The last consumer's last turn ended with an arrival on consumer 0's barrier.
         if pingpong && consumer == 0 {
             barrier::sync_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP);
         }
@@ -498,10 +538,10 @@ unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usi
                 if seq != NO_SEQUENCE {
                     if q_by_tma {
                         if lane == 0 {
-                            load_q_item_tma::<D>(p, smem, q_map, items, r0, g)
+                            load_q_item_tma::<D, 2>(p, smem, q_map, items, r0, g)
                         }
                     } else {
-                        load_q_item::<Q, D>(ptr, p, smem, lane, Q_LOADERS_FP8, items, r0, rc, g)
+                        load_q_item::<Q, D, 2>(ptr, p, smem, lane, Q_LOADERS_FP8, items, r0, rc, g)
                     }
                 }
             },
@@ -563,9 +603,14 @@ pub unsafe fn rpa_plan_ws(
 }
 
 /// One warp-specialized kernel per (q dtype, KV dtype, head_dim): `rpa_tile_ws_<q>_<kv>_d<D>`,
-/// with the head dim's keys per tile ([`ws_keys`]).
+/// with the head dim's keys per tile ([`ws_keys`]), consumer warpgroups ([`ws_consumers`]) and
+/// threads ([`ws_threads`]).
 macro_rules! rpa_tile_ws_kernels {
-    ($( $name:ident: $q:ty, $kv:ty, $d:literal, $keys:literal; )*) => {$(
+    ($( $name:ident: $q:ty, $kv:ty, $d:literal, $keys:literal, $consumers:literal, $threads:literal; )*) => {$(
+        const _: () = assert!(
+            $consumers == ws_consumers($d, <$kv as StagedKv>::FP8) && $threads == ws_threads($consumers),
+            "a kernel's consumers and threads are its head dim's"
+        );
         /// The warp-specialized tile kernel (see the module docs), with [`ws_tile_rows`] rows
         /// per tile item: one launch per call where it plans itself (a nonzero
         /// `params.launch_tag` with `params.decode_apart` 0, see [`ws_plans_itself`]; after the
@@ -575,8 +620,8 @@ macro_rules! rpa_tile_ws_kernels {
         ///
         /// # Safety
         /// Grid `(n, 1)` with n at most `params.plan_capacity * num_kv_heads` (whose triple, and
-        /// that of `max_tokens * num_kv_heads`, fit in a `u32`), [`WS_THREADS`] threads and
-        /// [`ws_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
+        /// that of `max_tokens * num_kv_heads`, fit in a `u32`), [`ws_threads`] threads and
+        /// [`ws_shared_bytes`] of dynamic shared memory (both of [`ws_consumers`]); every pointer a device buffer of the
         /// shape `params` describes, `plan` [`ws_scratch_bytes`]`(params.plan_capacity)` bytes
         /// (16-byte aligned) that only this grid writes while it runs (with decode rows apart, the
         /// planning kernel before it may still be writing it, or the decode kernel its inputs
@@ -588,14 +633,16 @@ macro_rules! rpa_tile_ws_kernels {
         /// `q_map` the queries and `o_map` the output (dims x query heads x `max_tokens`, boxes
         /// [`ws_q_box`]) where [`ws_q_by_tma`]. Metadata values may be anything: they never
         /// lead outside the buffers.
-        #[kernel(max_threads = 384)]
+        #[kernel(max_threads = $threads)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
             q: *const $q, kv: *const $kv, kv_lens: *const i32, page_indices: *const i32,
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
-            rpa_tiled_ws::<$q, $kv, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, WholeGrid>(
+            rpa_tiled_ws::<
+                $q, $kv, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, $consumers, WholeGrid
+            >(
                 // The kernel reads K/V through the tensor map alone.
                 TiledPointers { q, kv: kv as *const $q, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
@@ -608,20 +655,20 @@ macro_rules! rpa_tile_ws_kernels {
 
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 rpa_tile_ws_kernels! {
-    rpa_tile_ws_f16_f16_d64: f16, f16, 64, 128;
-    rpa_tile_ws_f16_f16_d128: f16, f16, 128, 128;
-    rpa_tile_ws_f16_f16_d256: f16, f16, 256, 64;
-    rpa_tile_ws_bf16_bf16_d64: Bf16, Bf16, 64, 128;
-    rpa_tile_ws_bf16_bf16_d128: Bf16, Bf16, 128, 128;
-    rpa_tile_ws_bf16_bf16_d256: Bf16, Bf16, 256, 64;
-    rpa_tile_ws_f16_e4m3_d64: f16, F8E4M3, 64, 128;
-    rpa_tile_ws_f16_e4m3_d128: f16, F8E4M3, 128, 128;
-    rpa_tile_ws_f16_e5m2_d64: f16, F8E5M2, 64, 128;
-    rpa_tile_ws_f16_e5m2_d128: f16, F8E5M2, 128, 128;
-    rpa_tile_ws_bf16_e4m3_d64: Bf16, F8E4M3, 64, 128;
-    rpa_tile_ws_bf16_e4m3_d128: Bf16, F8E4M3, 128, 128;
-    rpa_tile_ws_bf16_e5m2_d64: Bf16, F8E5M2, 64, 128;
-    rpa_tile_ws_bf16_e5m2_d128: Bf16, F8E5M2, 128, 128;
+    rpa_tile_ws_f16_f16_d64: f16, f16, 64, 128, 3, 512;
+    rpa_tile_ws_f16_f16_d128: f16, f16, 128, 128, 2, 384;
+    rpa_tile_ws_f16_f16_d256: f16, f16, 256, 64, 2, 384;
+    rpa_tile_ws_bf16_bf16_d64: Bf16, Bf16, 64, 128, 3, 512;
+    rpa_tile_ws_bf16_bf16_d128: Bf16, Bf16, 128, 128, 2, 384;
+    rpa_tile_ws_bf16_bf16_d256: Bf16, Bf16, 256, 64, 2, 384;
+    rpa_tile_ws_f16_e4m3_d64: f16, F8E4M3, 64, 128, 2, 384;
+    rpa_tile_ws_f16_e4m3_d128: f16, F8E4M3, 128, 128, 2, 384;
+    rpa_tile_ws_f16_e5m2_d64: f16, F8E5M2, 64, 128, 2, 384;
+    rpa_tile_ws_f16_e5m2_d128: f16, F8E5M2, 128, 128, 2, 384;
+    rpa_tile_ws_bf16_e4m3_d64: Bf16, F8E4M3, 64, 128, 2, 384;
+    rpa_tile_ws_bf16_e4m3_d128: Bf16, F8E4M3, 128, 128, 2, 384;
+    rpa_tile_ws_bf16_e5m2_d64: Bf16, F8E5M2, 64, 128, 2, 384;
+    rpa_tile_ws_bf16_e5m2_d128: Bf16, F8E5M2, 128, 128, 2, 384;
 }
 
 #[cfg(test)]
@@ -632,19 +679,33 @@ mod tests {
     fn shared_memory_fits_a_hopper_block() {
         // 227 KiB is the most a block may take on sm_90.
         for fp8 in [false, true] {
-            assert!(ws_shared_bytes(128, fp8) <= 227 * 1024, "fp8 {fp8}");
-            assert!(ws_shared_bytes(64, fp8) <= ws_shared_bytes(128, fp8));
+            for d in [64, 128, 256] {
+                if fp8 && !ws_supports_fp8(d) {
+                    continue;
+                }
+                let bytes = ws_shared_bytes(d, fp8, ws_consumers(d, fp8));
+                assert!(bytes <= 227 * 1024, "head_dim {d}, fp8 {fp8}: {bytes}");
+            }
         }
-        assert!(ws_shared_bytes(256, false) <= 227 * 1024);
+        // A mix's tile blocks: two consumers at head_dim 64 too.
+        assert!(ws_shared_bytes(64, false, 2) <= ws_shared_bytes(64, false, 3));
     }
 
     #[test]
-    fn register_budgets_fit_the_pool_of_384_threads() {
-        // 65536 registers per multiprocessor; 384 threads get at most 168 each (a multiple of 8).
-        const { assert!(WARPGROUP * PRODUCER_REGISTERS + 2 * WARPGROUP * CONSUMER_REGISTERS <= WS_THREADS * 168) };
-        const { assert!(PRODUCER_REGISTERS.is_multiple_of(8) && CONSUMER_REGISTERS.is_multiple_of(8)) };
-        const { assert!(WARPGROUP * PRODUCER_REGISTERS_FP8 + 2 * WARPGROUP * CONSUMER_REGISTERS_FP8 <= WS_THREADS * 168) };
-        const { assert!(PRODUCER_REGISTERS_FP8.is_multiple_of(8) && CONSUMER_REGISTERS_FP8.is_multiple_of(8)) };
-        assert_eq!(WS_THREADS, 3 * WARPGROUP);
+    fn register_budgets_fit_the_pool() {
+        // 65536 registers per multiprocessor: 384 threads get at most 168 each, 512 at most 128
+        // (multiples of 8).
+        const fn fits(producer: u32, consumer: u32, consumers: u32) -> bool {
+            let pool = 65536 / ws_threads(consumers) / 8 * 8;
+            producer.is_multiple_of(8)
+                && consumer.is_multiple_of(8)
+                && WARPGROUP * producer + consumers * WARPGROUP * consumer <= ws_threads(consumers) * pool
+        }
+        const { assert!(fits(PRODUCER_REGISTERS, CONSUMER_REGISTERS, 2)) };
+        const { assert!(fits(PRODUCER_REGISTERS_FP8, CONSUMER_REGISTERS_FP8, 2)) };
+        const { assert!(fits(PRODUCER_REGISTERS_D256, CONSUMER_REGISTERS_D256, 2)) };
+        const { assert!(fits(PRODUCER_REGISTERS_3C, CONSUMER_REGISTERS_3C, 3)) };
+        assert_eq!((ws_threads(2), ws_threads(3)), (384, 512));
+        assert!(ws_consumers(64, false) <= MAX_CONSUMERS && ws_consumers(128, true) >= MIN_CONSUMERS);
     }
 }

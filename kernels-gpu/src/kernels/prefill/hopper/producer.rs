@@ -4,7 +4,7 @@
 //! [`super::converter`]).
 
 use super::layout::{q_tile_bytes, SharedLayout};
-use super::{ws_keys, CONSUMER_M, WS_BLOCK_KEYS};
+use super::{ws_keys, CONSUMER_M, MAX_CONSUMERS, WS_BLOCK_KEYS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
@@ -216,13 +216,14 @@ pub(super) unsafe fn produce_item_fp8<Q, const D: usize, const PW: usize>(
 }
 
 /// The Q loaders' part of one item (the producer warpgroup's warps 2 and 3, `loader` 0..64 of
-/// `loaders`; with fp8 KV warp 1, 0..32): once the item's Q slot is empty, both consumers' 64 M rows into their tiles, laid out as K is (64-dim
+/// `loaders`; with fp8 KV warp 1, 0..32): once the item's Q slot is empty, the `C` consumers' 64 M
+/// rows each into their tiles, laid out as K is (64-dim
 /// column blocks of 128-byte rows, swizzled), rows past the item zero-filled; then each loader
 /// waits for its copies, makes them visible to the tensor cores' async proxy and arrives on the
 /// slot's full barrier. `items`: the block's count of sequence items.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn load_q_item<Q, const D: usize>(
+pub(super) unsafe fn load_q_item<Q, const D: usize, const C: u32>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
@@ -242,8 +243,8 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
     let no_hint = CopyHint { prefetch_256: false };
     ring.acquire(stage);
     let mut c = loader;
-    while c < 2 * CONSUMER_M * row_chunks {
-        // M row `m` (of the item's 128) and its 16-byte chunk; consumer m / 64 holds it.
+    while c < C * CONSUMER_M * row_chunks {
+        // M row `m` (of the item's 64 C) and its 16-byte chunk; consumer m / 64 holds it.
         let (m, chunk) = (c / row_chunks, c % row_chunks);
         let (r, h) = (m / group, g * group + m % group);
         let src =
@@ -262,13 +263,13 @@ pub(super) unsafe fn load_q_item<Q, const D: usize>(
 
 /// The Q loaders' part of one item where a consumer's 64 M rows are one box of the Q tensor map
 /// `map` ([`ws_q_by_tma`]; one thread of the loaders calls it): once the item's Q slot is empty,
-/// announce both tiles' bytes on the slot's full barrier and copy, per consumer and 64-dim column
+/// announce the `C` tiles' bytes on the slot's full barrier and copy, per consumer and 64-dim column
 /// block, the box of its `64 / group` tokens' `group` heads, in the 128-byte swizzle that
 /// [`load_q_item`] writes by hand. Rows past the item load other tokens' queries (or zeros past
 /// the tensor): the consumers never store those rows. `items`: the thread's count of sequence
 /// items.
 #[inline(always)]
-pub(super) unsafe fn load_q_item_tma<const D: usize>(
+pub(super) unsafe fn load_q_item_tma<const D: usize, const C: u32>(
     p: &RpaParams,
     smem: SharedLayout,
     map: u64,
@@ -282,8 +283,11 @@ pub(super) unsafe fn load_q_item_tma<const D: usize>(
     let group = p.num_q_heads / p.num_kv_heads;
     ring.acquire(stage);
     let full = ring.full_barrier(stage);
-    ring.commit_bytes(stage, 2 * q_tile_bytes(D as u32));
-    unroll::<2>(|c| {
+    ring.commit_bytes(stage, C * q_tile_bytes(D as u32));
+    unroll::<{ MAX_CONSUMERS as usize }>(|c| {
+        if c as u32 >= C {
+            return;
+        }
         // < 2^31: max_tokens is validated on the host.
         let token = (r0 + c as u32 * (CONSUMER_M / group)) as i32;
         unroll::<4>(|j| {

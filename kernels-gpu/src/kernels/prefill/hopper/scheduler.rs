@@ -5,7 +5,7 @@
 //! plan).
 
 use super::layout::SharedLayout;
-use super::{ws_tensor_map_address, WsMap, WARPGROUP, WS_THREADS};
+use super::{ws_tensor_map_address, WsMap, WARPGROUP};
 use crate::attention::planner::{
     inputs_ready_word, plan_items, PlanView, TiledPointers, PLAN_BLOCKS_DONE_WORD, PLAN_FALLBACK_WORD,
     PLAN_INPUTS_READY_WORD, PLAN_STATE_WORD, PLAN_WORK_COUNTER_WORD,
@@ -150,13 +150,14 @@ impl TileBlocks for TileGrid {
 /// after blocks that never wait (`kernels::mix`), with 1 [`rpa_plan_ws`] launched before with the same
 /// `p`; `ptr.plan` holds [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that
 /// only this grid (and where it publishes, the planning kernel) touches while it runs; `maps` are
-/// the call's K/V, Q and output maps ([`WsMap`]'s order).
+/// the call's K/V, Q and output maps ([`WsMap`]'s order); `block_threads` the block's threads.
 #[inline(always)]
 pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     maps: [&TensorMapImage; 3],
     grid: G,
+    block_threads: u32,
 ) {
     let plan = ptr.plan as *mut u32;
     let state = plan.add(PLAN_STATE_WORD) as *mut u64;
@@ -186,7 +187,7 @@ pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
             // The metadata's loads after thread 0's acquire.
             sync_threads();
         }
-        plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, WS_THREADS);
+        plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, block_threads);
         // The scan's generic writes before the copies (async proxy) into the same shared memory.
         wgmma::fence_proxy_async_shared();
         // Every thread's plan writes before thread 0 publishes them.
