@@ -127,7 +127,7 @@ MANIFEST = {
         "mixes-fp8.json": ("engine-step mixes with fp8 (e4m3fn) KV against FlashInfer's fp8 path", "6318338", None),
         "short.json": ("short prefills (the chunk tails of a serving step) against FlashInfer", "0f07800", None),
         "short-fp8.json": ("short prefills with fp8 (e4m3fn) KV against FlashInfer's fp8 path", "6318338", None),
-        "prefill-g5-d64.json": ("G5 (head_dim 64, 32 q / 8 KV heads) prefill against FlashInfer", "058d1fb", None),
+        "prefill-g5-d64.json": ("G5 (head_dim 64, 32 q / 8 KV heads) prefill against FlashInfer", "e88c106", None),
         "prefill-g6-d256.json": ("G6 (head_dim 256, 16 q / 8 KV heads, no window or cap) prefill against FlashInfer",
                                  "058d1fb", None),
         "read-ceiling.json": ("a kernel that only reads: the DRAM's ceiling", "34ebd80",
