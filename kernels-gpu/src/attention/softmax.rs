@@ -116,25 +116,35 @@ pub(crate) fn online_softmax_weights_f32<const KN: usize>(
     m: &mut [f32; 2],
     l: &mut [f32; 2],
 ) -> Rescale {
+    // Both rows at once (unlike `softmax_row`, one row after the other): their max trees, then
+    // one vote on whether either moves its reference, then their weights together. The two rows'
+    // dependency chains interleave, and a tile pays one vote and branch instead of two: the
+    // warp-specialized consumers' softmax is bound by its chains' latency (benchmarks/NOTES.md
+    // "v37"). When one row moves, the other takes the move's path too and keeps its reference
+    // (its max did not rise that far), with a factor of 1 up to rounding.
     let mut rescale = Rescale { corr: [1.0; 2], any: false };
-    let logits = *s;
-    unroll::<2>(|ri| {
-        softmax_row(
-            &logits,
-            ri,
-            exp_scale,
-            &mut m[ri],
-            &mut l[ri],
-            |corr| {
-                rescale.corr[ri] = corr;
-                rescale.any = true;
-            },
-            |nt, w0, w1| {
-                s[nt][2 * ri] = w0;
-                s[nt][2 * ri + 1] = w1;
-            },
-        )
+    let local = [lane_row_max(s, 0), lane_row_max(s, 1)];
+    let mut neg_ref = [neg_ref_of(m[0], exp_scale), neg_ref_of(m[1], exp_scale)];
+    if warp_any(rose(local[0], m[0], exp_scale) || rose(local[1], m[1], exp_scale)) {
+        unroll::<2>(|ri| {
+            let (corr, r, m_new) = move_reference(local[ri], exp_scale, m[ri], &mut l[ri]);
+            rescale.corr[ri] = corr;
+            neg_ref[ri] = r;
+            m[ri] = m_new;
+        });
+        rescale.any = true;
+    }
+    let mut sums = [[0.0f32; KN]; 2];
+    unroll::<KN>(|nt| {
+        unroll::<2>(|ri| {
+            let w0 = exp2_approx(fma_f32(s[nt][2 * ri], exp_scale, neg_ref[ri]));
+            let w1 = exp2_approx(fma_f32(s[nt][2 * ri + 1], exp_scale, neg_ref[ri]));
+            s[nt][2 * ri] = w0;
+            s[nt][2 * ri + 1] = w1;
+            sums[ri][nt] = w0 + w1;
+        })
     });
+    unroll::<2>(|ri| l[ri] += tree_fold::<KN>(&mut sums[ri], |a, b| a + b));
     rescale
 }
 
@@ -152,7 +162,10 @@ pub(crate) fn pack_weights<Q: MmaElement, const KN: usize, const KS: usize>(
 /// One row (`ri`: the lane's row g or g + 8) of an online-softmax step over `8 KN` keys: the
 /// row's max, its running reference `m` (moved lazily, see below), `on_move(corr)` when some row
 /// of the warp moved its reference (`l` already rescaled; rows that kept theirs get corr = 1),
-/// then `weight(nt, w0, w1)` with the weights of n-tile `nt`'s two keys, summed into `l`.
+/// then `weight(nt, w0, w1)` with the weights of n-tile `nt`'s two keys, summed into `l`. (The
+/// steps of [`online_softmax_weights_f32`], one row at a time; kept as written where the
+/// decode kernels were measured: the same steps through the shared helpers below changed LLVM's
+/// block layout of their code.)
 #[inline(always)]
 fn softmax_row<const KN: usize>(
     s: &[[f32; 4]; KN],
@@ -199,6 +212,49 @@ fn softmax_row<const KN: usize>(
         weight(nt, w0, w1);
     });
     *l += tree_fold::<KN>(&mut sums, |a, b| a + b);
+}
+
+/// This lane's max of row `ri`'s logits in the tile, as a tree (a linear fold is a chain of 2 KN
+/// dependent instructions; with two warps per scheduler their latency is not hidden).
+#[inline(always)]
+fn lane_row_max<const KN: usize>(s: &[[f32; 4]; KN], ri: usize) -> f32 {
+    let mut part = [f32::NEG_INFINITY; KN];
+    unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
+    tree_fold::<KN>(&mut part, max_f32)
+}
+
+/// Whether a lane's `max` rose above the running reference `m` by more than
+/// [`RESCALE_THRESHOLD_LOG2`] in exp2 units: the reference moves only then (the first finite max
+/// always: -inf to finite is +inf). Weights then stay at most 2^8: no overflow, the same relative
+/// rounding, and O and l keep one reference, so the final O / l is unchanged; the rescale is
+/// skipped on almost every tile once a row has seen its first keys, where an exact max moves on
+/// most tiles of a 16-row warp. Whether any lane's own max rose that far is one vote (the
+/// caller's); only then does the row's max across its quad (two shuffles on the softmax's
+/// critical path) get computed ([`move_reference`]): the same reference as from the row's max
+/// every time, since the row's max rose that far exactly when one of its lanes' did.
+#[inline(always)]
+fn rose(max: f32, m: f32, exp_scale: f32) -> bool {
+    (max - m) * exp_scale > RESCALE_THRESHOLD_LOG2
+}
+
+/// The reference `m` in exp2 units, negated (all -inf so far: 0, so exp gives 0, never NaN).
+#[inline(always)]
+fn neg_ref_of(m: f32, exp_scale: f32) -> f32 {
+    -(if m == f32::NEG_INFINITY { 0.0 } else { m }) * exp_scale
+}
+
+/// A row's reference `m` moved to its max across the quad (this lane's is `local`) where that
+/// rose far enough ([`rose`]), `l` rescaled: returns O's factor for the row (1 where it kept its
+/// reference), the new reference in exp2 units ([`neg_ref_of`]) and the new `m`. Every lane of
+/// the warp calls it (shuffles).
+#[inline(always)]
+fn move_reference(local: f32, exp_scale: f32, m: f32, l: &mut f32) -> (f32, f32, f32) {
+    let m_max = max_f32(m, quad_max(local));
+    let m_new = if rose(m_max, m, exp_scale) { m_max } else { m };
+    let neg_ref = neg_ref_of(m_new, exp_scale);
+    let corr = exp2_approx(fma_f32(m, exp_scale, neg_ref));
+    *l *= corr;
+    (corr, neg_ref, m_new)
 }
 
 /// How far (in exp2 units) a row's max may rise above the softmax's running reference before the
