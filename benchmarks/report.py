@@ -125,7 +125,7 @@ MANIFEST = {
         "prefill-fp8.json": ("G1 prefill and chunked prefill with fp8 (e4m3fn) KV against FlashInfer's fp8 path",
                              "6318338", None),
         "mixes-fp8.json": ("engine-step mixes with fp8 (e4m3fn) KV against FlashInfer's fp8 path", "6318338", None),
-        "short.json": ("short prefills (the chunk tails of a serving step) against FlashInfer", "0f07800", None),
+        "short.json": ("short prefills (the chunk tails of a serving step) against FlashInfer", "e1f3c7a", None),
         "short-fp8.json": ("short prefills with fp8 (e4m3fn) KV against FlashInfer's fp8 path", "6318338", None),
         "prefill-g5-d64.json": ("G5 (head_dim 64, 32 q / 8 KV heads) prefill against FlashInfer", "e1f3c7a", None),
         "prefill-g6-d256.json": ("G6 (head_dim 256, 16 q / 8 KV heads, no window or cap) prefill against FlashInfer",
