@@ -181,14 +181,7 @@ fn softmax_row<const KN: usize>(
     let mut part = [f32::NEG_INFINITY; KN];
     unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
     let local = tree_fold::<KN>(&mut part, max_f32);
-    // The running reference moves only when the max rose by more than `RESCALE_THRESHOLD_LOG2`
-    // in exp2 units (the first finite max always: -inf to finite is +inf). Weights then stay at
-    // most 2^8: no overflow, the same relative rounding, and O and l keep one reference, so the
-    // final O / l is unchanged; the rescale is skipped on almost every tile once a row has seen
-    // its first keys, where an exact max moves on most tiles of a 16-row warp. Whether any lane's
-    // own max rose that far is one vote; only then does the row's max across its quad (two
-    // shuffles on the softmax's critical path) get computed: the same reference as from the
-    // row's max every time, since the row's max rose that far exactly when one of its lanes' did.
+    // The running reference moves lazily: see [`rose`], whose steps these closures are.
     let rose = |max: f32| (max - *m) * exp_scale > RESCALE_THRESHOLD_LOG2;
     // The reference in exp2 units, negated (all -inf so far: 0, so exp gives 0, never NaN).
     let neg_ref_of = |m_new: f32| -(if m_new == f32::NEG_INFINITY { 0.0 } else { m_new }) * exp_scale;

@@ -24,7 +24,7 @@
 //!   `cp.async`, rows past the item zero-filled) into a two-slot ring (one slot at head_dim 256,
 //!   always `cp.async`), so the next item's Q is in
 //!   place when the consumers finish an item; it runs on 48 registers, the consumers on 224 (24 and
-//!   240 at head_dim 256);
+//!   240 at head_dim 256; 32 and 160 with three consumers);
 //! - warpgroups 1, 2 (and 3), the *consumers*, own 64 M rows each: per tile S = Q Kᵀ (`wgmma`
 //!   `m64n128k16`, or `m64n64k16` for 64-key tiles, Q and K from shared memory), the mask and
 //!   online softmax, and O += P V
