@@ -184,10 +184,11 @@ fn ptxas_accepts_the_ptx_without_spills() {
                 if matches!(function, "rpa_tile_ws_f16_f16_d64" | "rpa_tile_ws_bf16_bf16_d64") {
                     // Three consumer warpgroups (512 threads): FA3's 32 / 160 registers. With
                     // ptxas 13.0 the consumers reload a few loop invariants (6 local loads a tile,
-                    // L1 hits), the producer some of its walk's; their `wgmma`s stay pipelined
-                    // (at 48 / 152 ptxas serialized them instead). No more than measured.
+                    // L1 hits), the producer and the prologue some of theirs; their `wgmma`s stay
+                    // pipelined (at 48 / 152 ptxas serialized them instead). No more than
+                    // measured.
                     assert!(
-                        bytes.len() == 3 && bytes[0] <= 64 && bytes[1] <= 144 && bytes[2] <= 184,
+                        bytes.len() == 3 && bytes[0] <= 64 && bytes[1] <= 144 && bytes[2] <= 188,
                         "{arch} {function}: {line}"
                     );
                     continue;

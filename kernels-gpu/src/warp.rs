@@ -137,3 +137,37 @@ pub fn sync_warp() {
 pub fn warp_any(predicate: bool) -> bool {
     warp_ballot(predicate) != 0
 }
+
+/// The inclusive prefix sum of `value` over the warp's lanes: lane `l` gets the sum of lanes
+/// `0..=l` (five `shfl.sync.up` steps, Hillis-Steele within the warp; wrapping).
+///
+/// Every lane of the warp must execute the same call.
+#[inline(always)]
+pub fn warp_inclusive_sum_u32(value: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let mut sum = value;
+        let mut delta = 1u32;
+        while delta < WARP_SIZE {
+            let up: u32;
+            // SAFETY: shfl.sync over the full warp, which the caller's contract guarantees; the
+            // predicate is false on lanes below `delta` (their own value comes back, not added).
+            unsafe {
+                core::arch::asm!(
+                    "{{ .reg .pred p; shfl.sync.up.b32 {up}|p, {v}, {d}, 0, 0xffffffff; selp.u32 {up}, {up}, 0, p; }}",
+                    up = out(reg32) up, v = in(reg32) sum, d = in(reg32) delta,
+                    // Not `pure`: a warp-collective must not be speculated or merged.
+                    options(nomem, nostack),
+                )
+            };
+            sum = sum.wrapping_add(up);
+            delta *= 2;
+        }
+        sum
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = value;
+        crate::gpu_only!("warp_inclusive_sum_u32")
+    }
+}

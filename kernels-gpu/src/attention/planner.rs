@@ -7,6 +7,7 @@ use crate::attention::{clamp_num_seqs, find_sequence, is_apart_decode, RpaParams
 use crate::kernels::unroll;
 use crate::shared::dynamic_shared_mem;
 use crate::thread::{sync_threads, thread_idx_x};
+use crate::warp::{warp_inclusive_sum_u32, WARP_SIZE};
 
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
@@ -84,8 +85,11 @@ pub const fn plan_bytes(capacity: u64) -> u64 {
     (PLAN_HEADER_WORDS as u64 + PLAN_ITEM_WORDS as u64 * capacity) * 4
 }
 
-/// Dynamic shared memory of the planning kernel: three scanned counts per thread.
-pub const PLAN_SHARED_BYTES: u32 = 3 * PLAN_THREADS * 4;
+/// Most warps of a block that plans ([`plan_items`]; a block has at most 1024 threads).
+const PLAN_MAX_WARPS: usize = 32;
+
+/// Dynamic shared memory of a block that plans: three counts per warp.
+pub const PLAN_SHARED_BYTES: u32 = 3 * PLAN_MAX_WARPS as u32 * 4;
 
 /// Whether a sequence of `rows` query rows is one short item (all its M rows fit one warp's 16).
 #[inline(always)]
@@ -100,8 +104,9 @@ fn is_short(rows: u32, group: u32) -> bool {
 /// work counter at 0.
 ///
 /// # Safety
-/// Every thread of a block of `block_threads` threads calls it (it meets at block barriers), with
-/// `3 block_threads` words of dynamic shared memory that nothing else uses meanwhile; the metadata
+/// Every thread of a block of `block_threads` threads (a multiple of 32, at most 1024) calls it
+/// (it meets at a block barrier and in warp shuffles), with [`PLAN_SHARED_BYTES`] of dynamic
+/// shared memory that nothing else uses meanwhile; the metadata
 /// readable (after the grid dependency wait), as `rpa_plan` takes it; `plan` holds
 /// [`plan_bytes`]`(p.plan_capacity)` bytes that nothing reads meanwhile.
 #[inline(always)]
@@ -113,55 +118,75 @@ pub(crate) unsafe fn plan_items(
     block_threads: u32,
 ) {
     let (tid, threads) = (thread_idx_x() as usize, block_threads as usize);
+    let cu = |i: u32| *cu_q_lens.add(i as usize);
+    // This thread's sequence in a batch of at most one sequence per thread, its bounds loaded
+    // beside the sequence count (in bounds whatever the count: `cu_q_lens` holds
+    // `max_num_seqs + 1` entries): the plan then waits for one round trip to memory, not two.
+    let t = tid as u32;
+    let first = if t < p.max_num_seqs { (cu(t), cu(t + 1)) } else { (0, 0) };
     let n = clamp_num_seqs(*num_seqs, p.max_num_seqs);
     let group = p.num_q_heads / p.num_kv_heads;
     let tile_rows = p.tile_rows.max(1);
     let max_tokens = p.max_tokens as i32; // < 2^31, validated on the host
-    let cu = |i: u32| *cu_q_lens.add(i as usize);
     let row_of = |i: u32| cu(i).clamp(0, max_tokens) as u32;
     let per = n.div_ceil(block_threads);
     let lo = (tid as u32 * per).min(n);
     let hi = (lo + per).min(n);
     // This thread's (tile items, short items, decreasing cu_q_lens steps).
     let mut counts = [0u32; 3];
-    // Decode sequences that the pipelined kernel runs apart (`RpaParams::decode_apart`) are no
-    // items of this plan.
-    let apart = |i: u32| p.decode_apart != 0 && is_apart_decode(cu(i), cu(i + 1), p.max_tokens);
-    for i in lo..hi {
-        if cu(i + 1) < cu(i) {
+    // The items of the sequence from row `a` to row `b` (its `cu_q_lens` entries). Decode
+    // sequences that the pipelined kernel runs apart (`RpaParams::decode_apart`) are no items of
+    // this plan.
+    let mut count = |a: i32, b: i32| {
+        if b < a {
             counts[2] += 1;
         }
-        let rows = row_of(i + 1).saturating_sub(row_of(i));
-        if rows == 0 || apart(i) {
+        let rows = (b.clamp(0, max_tokens) as u32).saturating_sub(a.clamp(0, max_tokens) as u32);
+        if rows == 0 || (p.decode_apart != 0 && is_apart_decode(a, b, p.max_tokens)) {
         } else if is_short(rows, group) {
             counts[1] += 1;
         } else {
             counts[0] += rows.div_ceil(tile_rows);
         }
+    };
+    if per == 1 {
+        // lo = tid < n <= max_num_seqs where this thread has a sequence.
+        if lo < hi {
+            count(first.0, first.1);
+        }
+    } else {
+        for i in lo..hi {
+            count(cu(i), cu(i + 1));
+        }
     }
+    let apart = |i: u32| p.decode_apart != 0 && is_apart_decode(cu(i), cu(i + 1), p.max_tokens);
 
-    // Inclusive scans of the three counts over the threads (Hillis-Steele in shared memory).
+    // Inclusive scans of the three counts over the threads: within each warp by shuffles, then
+    // across the warps' totals, which lane 31 of each warp leaves in shared memory (one block
+    // barrier; this runs on the critical path of every prefill call, where the blocks wait for
+    // the plan: benchmarks/NOTES.md "v38").
     let scan = dynamic_shared_mem::<u32>();
-    unroll::<3>(|c| *scan.add(c * threads + tid) = counts[c]);
-    sync_threads();
-    let mut offset = 1;
-    while offset < threads {
-        let mut v = [0u32; 3];
-        unroll::<3>(|c| {
-            v[c] = *scan.add(c * threads + tid);
-            if tid >= offset {
-                v[c] += *scan.add(c * threads + tid - offset);
-            }
-        });
-        sync_threads();
-        unroll::<3>(|c| *scan.add(c * threads + tid) = v[c]);
-        sync_threads();
-        offset *= 2;
+    let (lane, warp) = (tid as u32 % WARP_SIZE, tid / WARP_SIZE as usize);
+    let warps = threads / WARP_SIZE as usize;
+    let mut incl = [0u32; 3];
+    unroll::<3>(|c| incl[c] = warp_inclusive_sum_u32(counts[c]));
+    if lane == WARP_SIZE - 1 {
+        unroll::<3>(|c| *scan.add(c * PLAN_MAX_WARPS + warp) = incl[c]);
     }
-    let total = |c: usize| *scan.add(c * threads + threads - 1);
-    let (tiles, shorts) = (total(0), total(1));
+    sync_threads();
+    let mut totals = [0u32; 3];
+    for w in 0..warps {
+        unroll::<3>(|c| {
+            let t = *scan.add(c * PLAN_MAX_WARPS + w);
+            if w < warp {
+                incl[c] += t;
+            }
+            totals[c] += t;
+        });
+    }
+    let (tiles, shorts) = (totals[0], totals[1]);
     let capacity = p.plan_capacity;
-    if total(2) != 0 {
+    if totals[2] != 0 {
         if tid == 0 {
             *plan = 0;
             *plan.add(PLAN_FALLBACK_WORD) = 1;
@@ -178,8 +203,8 @@ pub(crate) unsafe fn plan_items(
             *item.add(3) = 0;
         }
     };
-    let mut next_tile = *scan.add(tid) - counts[0];
-    let mut next_short = tiles + *scan.add(threads + tid) - counts[1];
+    let mut next_tile = incl[0] - counts[0];
+    let mut next_short = tiles + incl[1] - counts[1];
     for i in lo..hi {
         let (r0, r1) = (row_of(i), row_of(i + 1));
         if r1 <= r0 || apart(i) {
