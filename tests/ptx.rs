@@ -2,7 +2,7 @@
 //! the `nvidia-cuda-nvcc` wheel; path in `XGK_PTXAS` or on PATH) accepts each for the devices it
 //! runs on (sm_80 and sm_90 for the portable image, sm_90a for the Hopper one) with no
 //! local-memory stack frame and no spills, except the head_dim-256 warp-specialized tile kernels
-//! on sm_90a (24 bytes of stack in their producer warp; see below). Fails (not skips) when ptxas
+//! on sm_90a (32 bytes of stack in their producer warp; see below). Fails (not skips) when ptxas
 //! is missing.
 
 use std::process::Command;
@@ -148,16 +148,16 @@ fn ptxas_accepts_the_ptx_without_spills() {
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
         // No local memory in any kernel except the e4m3 warp-specialized twins (below) and the
         // head_dim-256 warp-specialized tile kernels on
-        // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): 24 bytes stack frame,
-        // 24 bytes spill stores, 28 bytes spill loads with ptxas 13.0 (issue 50). Their consumers
+        // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): 32 bytes stack frame,
+        // 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50). Their consumers
         // need 240 registers (O alone is 128), which leaves the producer warp 24, where ptxas keeps
         // a few loop invariants of the item walk on the stack (reloaded once per item or tile; the
         // producer is not the bottleneck). Every other kernel, on every arch: 0 bytes stack frame,
         // 0 bytes spill stores, 0 bytes spill loads (the 16-bit head_dim-128 pipelined kernels once
         // kept 8 bytes, benchmarks/NOTES.md "v9"; no longer). The README's sentence to match:
         // "every kernel has a 0-byte stack frame and no spills, except the head_dim-256
-        // warp-specialized tile kernels (sm_90a), whose producer warp keeps 24 bytes of stack
-        // (24/28 bytes of spill stores/loads, outside the consumers' math)" (docs/architecture.md;
+        // warp-specialized tile kernels (sm_90a), whose producer warp keeps 32 bytes of stack
+        // (48/56 bytes of spill stores/loads, outside the consumers' math)" (docs/architecture.md;
         // with one fp8 twin of the warp-specialized kernel, `rpa_tile_ws_f16_e5m2_d64`, 4 bytes of
         // its consumers' item walk; and the head_dim-64 16-bit warp-specialized kernels, whose
         // three consumers' 160 registers keep a few loop invariants on the stack). The kernels
@@ -176,7 +176,7 @@ fn ptxas_accepts_the_ptx_without_spills() {
                 if function.starts_with("rpa_tile_ws_") && function.ends_with("_d256") {
                     // Stack frame, spill stores, spill loads: no more than measured.
                     assert!(
-                        bytes.len() == 3 && bytes[0] <= 24 && bytes[1] <= 24 && bytes[2] <= 28,
+                        bytes.len() == 3 && bytes[0] <= 32 && bytes[1] <= 48 && bytes[2] <= 56,
                         "{arch} {function}: {line}"
                     );
                     continue;
@@ -188,7 +188,7 @@ fn ptxas_accepts_the_ptx_without_spills() {
                     // pipelined (at 48 / 152 ptxas serialized them instead). No more than
                     // measured.
                     assert!(
-                        bytes.len() == 3 && bytes[0] <= 64 && bytes[1] <= 128 && bytes[2] <= 164,
+                        bytes.len() == 3 && bytes[0] <= 64 && bytes[1] <= 144 && bytes[2] <= 188,
                         "{arch} {function}: {line}"
                     );
                     continue;

@@ -106,21 +106,3 @@ pub unsafe fn wait_all() {
     #[cfg(not(target_arch = "nvptx64"))]
     crate::gpu_only!("wait_all")
 }
-
-/// `prefetch.global.L1 [address]`: starts bringing `address`'s line into this SM's L1 without
-/// holding a register for it, so that a load of it behind a comparison that waits for other
-/// loads hits L1 instead of making its own round trip to L2.
-///
-/// # Safety
-/// `address` a global address of the kernel's buffers (a prefetch never faults, but the
-/// contract keeps it meaningful).
-#[inline(always)]
-pub unsafe fn prefetch_l1<T>(address: *const T) {
-    #[cfg(target_arch = "nvptx64")]
-    core::arch::asm!("prefetch.global.L1 [{a}];", a = in(reg64) address, options(nostack, readonly));
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let _ = address;
-        crate::gpu_only!("prefetch_l1")
-    }
-}

@@ -24,8 +24,7 @@ pub const PLAN_HEADER_WORDS: u32 = 36;
 /// then single rows ([`PlanView::item`]).
 pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
 
-/// The header word that counts the tile items (stored first, last-first; the kernels take them
-/// first).
+/// The header word that counts the tile items (the kernels take them first, last-first).
 pub(crate) const PLAN_TILES_WORD: usize = 2;
 
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
@@ -100,9 +99,8 @@ fn is_short(rows: u32, group: u32) -> bool {
 
 /// Builds the plan (see the module docs) with one block of `block_threads` threads: each thread counts
 /// the items of a contiguous run of sequences, a block-wide scan places them. Order: the tile
-/// items (the heaviest: the kernels run them first), last-first (the last sequence's last tile
-/// first: a causal sequence's last tiles see the most keys), then the short items, then the
-/// zero-fill items; the header holds the item and tile-item counts and the
+/// items (the heaviest: the kernel runs them first, last tile of each sequence first), then the
+/// short items, then the zero-fill items; the header holds the item and tile-item counts and the
 /// work counter at 0.
 ///
 /// # Safety
@@ -206,7 +204,6 @@ pub(crate) unsafe fn plan_items(
         }
     };
     let mut next_tile = incl[0] - counts[0];
-    let stored_tiles = tiles.min(capacity);
     let mut next_short = tiles + incl[1] - counts[1];
     for i in lo..hi {
         let (r0, r1) = (row_of(i), row_of(i + 1));
@@ -220,10 +217,7 @@ pub(crate) unsafe fn plan_items(
             let mut r = r0;
             while r < r1 {
                 let rows = (r1 - r).min(tile_rows);
-                // Stored last-first, in the order the kernels take them ([`PlanView::item`]).
-                if next_tile < stored_tiles {
-                    write(stored_tiles - 1 - next_tile, i, r, rows);
-                }
+                write(next_tile, i, r, rows);
                 next_tile += 1;
                 r += rows;
             }
@@ -269,6 +263,7 @@ pub(crate) struct PlanView {
     count: u32,
     /// Invalid `cu_q_lens`: the items are single rows (see [`PlanView::item`]).
     pub(crate) fallback: bool,
+    tiles: u32,
 }
 
 impl PlanView {
@@ -276,23 +271,22 @@ impl PlanView {
     /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait).
     #[inline(always)]
     pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>) -> Self {
-        PlanView { count: *ptr.plan, fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0 }
+        PlanView {
+            count: *ptr.plan,
+            fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0,
+            tiles: *ptr.plan.add(PLAN_TILES_WORD),
+        }
     }
 
-    /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items
-    /// (tile items last-first, as [`plan_items`] stores them: the kernels take the lowest units
-    /// first), or with the fallback flag row `unit`, owned as [`find_sequence`] says. Items are
-    /// in ascending order of `unit`: past one end, past all.
+    /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items,
+    /// tile items last-first (a causal sequence's last tiles see the most keys, and the kernels
+    /// take the lowest units first), or with the fallback flag row `unit`, owned as
+    /// [`find_sequence`] says. Items are in ascending order of `unit`: past one end, past all.
     ///
     /// # Safety
     /// As [`PlanView::load`]; `ptr.cu_q_lens` and `ptr.num_seqs` as [`rpa_plan`] takes them.
     #[inline(always)]
     pub(crate) unsafe fn item<Q>(&self, ptr: &TiledPointers<Q>, p: &RpaParams, unit: u32) -> Option<(u32, u32, u32)> {
-        // The item's line on its way into L1 while the header's count is still on its way: a
-        // block's first item then waits for one round trip to L2, not two (in bounds: the plan
-        // holds `plan_capacity` items).
-        let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * unit.min(p.plan_capacity.max(1) - 1)) as usize);
-        crate::copy::prefetch_l1(item);
         if self.fallback {
             if unit >= p.max_tokens {
                 return None;
@@ -301,9 +295,12 @@ impl PlanView {
             let num_seqs = clamp_num_seqs(*ptr.num_seqs, p.max_num_seqs);
             let seq = find_sequence(unit as i32, num_seqs, |i| *ptr.cu_q_lens.add(i as usize));
             Some((seq.unwrap_or(NO_SEQUENCE), unit, 1))
-        } else if unit >= self.count {
-            None
         } else {
+            if unit >= self.count {
+                return None;
+            }
+            let k = if unit < self.tiles { self.tiles - 1 - unit } else { unit };
+            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
             Some((*item, *item.add(1), *item.add(2)))
         }
     }
