@@ -160,12 +160,12 @@ pub(crate) fn pack_weights<Q: MmaElement, const KN: usize, const KS: usize>(
 }
 
 /// One row (`ri`: the lane's row g or g + 8) of an online-softmax step over `8 KN` keys: the
-/// row's max, its running reference `m` (moved lazily, see below), `on_move(corr)` when some row
+/// row's max, its running reference `m` (moved lazily: [`rose`]), `on_move(corr)` when some row
 /// of the warp moved its reference (`l` already rescaled; rows that kept theirs get corr = 1),
 /// then `weight(nt, w0, w1)` with the weights of n-tile `nt`'s two keys, summed into `l`. (The
-/// steps of [`online_softmax_weights_f32`], one row at a time; kept as written where the
-/// decode kernels were measured: the same steps through the shared helpers below changed LLVM's
-/// block layout of their code.)
+/// steps of [`online_softmax_weights_f32`], one row at a time, through the same helpers but for
+/// the reference's move, written out: through [`move_reference`] LLVM lays out the head_dim-64
+/// and -80 decode kernels' code differently, which the decode matrix has not been measured with.)
 #[inline(always)]
 fn softmax_row<const KN: usize>(
     s: &[[f32; 4]; KN],
@@ -176,21 +176,13 @@ fn softmax_row<const KN: usize>(
     on_move: impl FnOnce(f32),
     mut weight: impl FnMut(usize, f32, f32),
 ) {
-    // Max and sum as trees (a linear fold is a chain of 2 KN dependent instructions; with two
-    // warps per scheduler their latency is not hidden).
-    let mut part = [f32::NEG_INFINITY; KN];
-    unroll::<KN>(|nt| part[nt] = max_f32(s[nt][2 * ri], s[nt][2 * ri + 1]));
-    let local = tree_fold::<KN>(&mut part, max_f32);
-    // The running reference moves lazily: see [`rose`], whose steps these closures are.
-    let rose = |max: f32| (max - *m) * exp_scale > RESCALE_THRESHOLD_LOG2;
-    // The reference in exp2 units, negated (all -inf so far: 0, so exp gives 0, never NaN).
-    let neg_ref_of = |m_new: f32| -(if m_new == f32::NEG_INFINITY { 0.0 } else { m_new }) * exp_scale;
-    let mut neg_ref = neg_ref_of(*m);
+    let local = lane_row_max(s, ri);
+    let mut neg_ref = neg_ref_of(*m, exp_scale);
     // Warp-uniform branches: rare once the rows have seen their first keys.
-    if warp_any(rose(local)) {
+    if warp_any(rose(local, *m, exp_scale)) {
         let m_max = max_f32(*m, quad_max(local));
-        let m_new = if rose(m_max) { m_max } else { *m };
-        neg_ref = neg_ref_of(m_new);
+        let m_new = if rose(m_max, *m, exp_scale) { m_max } else { *m };
+        neg_ref = neg_ref_of(m_new, exp_scale);
         // Rows that kept their reference get corr = 1.
         let corr = exp2_approx(fma_f32(*m, exp_scale, neg_ref));
         *l *= corr;
