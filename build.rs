@@ -42,6 +42,9 @@
 //! - `XGK_CUBIN_ARCHS`: the cubins, comma separated; default `sm_90a,sm_89,sm_86,sm_80`; empty
 //!   builds none (PTX only: faster kernel builds while developing, a JIT on first use).
 //! - `XGK_BUILD_PTXAS`: the `ptxas` that compiles them (see above).
+//! - `XGK_TRACE=1`: the images record the warp-specialized prefill kernel's start
+//!   (`kernels-gpu::kernels::prefill::hopper::trace`, `--cfg xgk_trace`), for
+//!   `benchmarks/start_trace.py`; never in a release.
 
 use std::env;
 use std::fs;
@@ -317,6 +320,7 @@ fn build_ptx() -> Result<(), String> {
     println!("cargo:rerun-if-env-changed=XGK_CUDA_ARCHS");
     println!("cargo:rerun-if-env-changed=XGK_CUBIN_ARCHS");
     println!("cargo:rerun-if-env-changed=XGK_BUILD_PTXAS");
+    println!("cargo:rerun-if-env-changed=XGK_TRACE");
     let images = images(&env::var("XGK_CUDA_ARCHS").unwrap_or_else(|_| DEFAULT_ARCHS.to_string()))?;
     let cubin_archs = cubin_archs(&env::var("XGK_CUBIN_ARCHS").unwrap_or_else(|_| DEFAULT_CUBIN_ARCHS.to_string()))?;
     let ptxas = if cubin_archs.is_empty() { None } else { Some(find_ptxas(&manifest_dir)?) };
@@ -418,6 +422,9 @@ fn build_image(image: &Image, kernels_dir: &Path, out_dir: &Path, llvm_bin: &Pat
     ];
     if image.hopper {
         rustflags.push("--cfg=xgk_sm90".to_string());
+    }
+    if env::var_os("XGK_TRACE").is_some_and(|v| v == "1") {
+        rustflags.push("--cfg=xgk_trace".to_string());
     }
 
     let target_dir = out_dir.join(format!("ptx-target-{}", image.arch));

@@ -904,6 +904,45 @@ fn tiled_kernel_small_cases() {
     check_tiled_cases(18, false);
 }
 
+/// The device planner's two ways of writing a plan, through every tile kernel the image has:
+/// more sequences than the planning block has threads (each thread counts and writes a run of
+/// them), and one sequence with more tile items than the block has threads (with one sequence per
+/// thread every thread writes tile items, `k`, `k + threads`, ...). The planning blocks have 256
+/// threads (the planning kernel), 384 and 512 (the warp-specialized kernel at head dims 128 and
+/// 64); GQA group 64 makes the tiles 1-3 query tokens tall.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tile_plans_of_many_and_long_sequences_match_cpu() {
+    let stream = gpu();
+    let mut rng = seeded_rng();
+    let many: Vec<(usize, usize)> = (0..700)
+        .map(|_| match rng.gen_range(0..4) {
+            0 => (1, rng.gen_range(1..200)),                     // decode
+            1 => (rng.gen_range(2..5), rng.gen_range(4..150)),   // speculative rows
+            2 => (rng.gen_range(5..30), rng.gen_range(30..150)), // a prefill chunk
+            _ => (0, rng.gen_range(0..50)),                      // no rows this step
+        })
+        .collect();
+    let long = [(800, 800), (1, 700), (3, 40)];
+    let mut ran = 0;
+    for (name, seqs, head_dim, (nkv, group)) in
+        [("many", &many[..], 128, (2, 4)), ("many", &many[..], 64, (1, 8)), ("long", &long[..], 128, (1, 64))]
+    {
+        let case = random_case(&mut rng, DType::BF16, DType::BF16, head_dim, nkv, group, 16, seqs, 9);
+        let cpu = case.cpu_output();
+        let mut kernels = vec![KernelChoice::Tiled];
+        if KERNELS.for_device(0).is_ok_and(|m| m.image.has_wgmma()) {
+            kernels.extend([KernelChoice::TiledWgmma, KernelChoice::TiledWarpSpecialized]);
+        }
+        for kernel in kernels {
+            let label = format!("{name}: d{head_dim} kv{nkv}x{group}, {} sequences, {kernel:?}", seqs.len());
+            compare(&case, &run_gpu(&stream, &case, kernel), &cpu, &label);
+            ran += 1;
+        }
+    }
+    println!("{ran} planner cases passed");
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn paged_attention_long_context_128k() {

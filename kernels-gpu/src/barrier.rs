@@ -213,6 +213,10 @@ pub mod ids {
     /// A mixed batch's decode blocks: each of the block's three 128-thread groups has its own
     /// (`4 + group`). A mix block runs decode groups or the tile role, never both.
     pub const MIX_DECODE_GROUPS: Range<u32> = 4..7;
+    /// The device planner's threads (`attention::planner::plan_items`): a planning kernel's
+    /// block, or a warp-specialized (or mix tile) block's 0 but its last warp, which stores the
+    /// call's tensor maps meanwhile.
+    pub const PLAN: Range<u32> = 11..12;
 
     const fn disjoint(sets: &[Range<u32>]) -> bool {
         let mut i = 0;
@@ -234,7 +238,7 @@ pub mod ids {
 
     // The roles that share a block.
     const _: () =
-        assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE, WS_Q_CONVERT]), "a warp-specialized prefill block");
+        assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE, WS_Q_CONVERT, PLAN]), "a warp-specialized prefill block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS]), "a pipelined decode block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS, MIX_DECODE_GROUPS]), "a mix's decode block");
 }

@@ -17,7 +17,7 @@
 //! [`bulk_wait_group`] returns.
 //!
 //! The map lives in global memory: the host encodes it (`cuTensorMapEncodeTiled`) and a kernel
-//! that runs before the user writes it there ([`store_map`]), publishing it to the tensor-map
+//! that runs before the user writes it there ([`write_map`]), publishing it to the tensor-map
 //! proxy ([`release_map_writes`]); the user acquires it ([`acquire_map`]) before its first copy.
 
 /// Bytes of a tensor map (`CUtensorMap`), which must be 64-byte aligned in global memory.
@@ -30,17 +30,17 @@ pub struct TensorMapImage {
     pub words: [u64; MAP_BYTES / 8],
 }
 
-/// Writes `image` to `dst` (global memory, 64-byte aligned) with generic stores, then publishes
-/// the writes to the tensor-map proxy ([`release_map_writes`]).
+/// Writes `image` to `dst` (global memory, 64-byte aligned) with generic stores; the writer then
+/// publishes its maps' writes to the tensor-map proxy with one [`release_map_writes`] (a fence
+/// takes ~0.4 µs: one for all of a call's maps, benchmarks/NOTES.md "v39").
 ///
 /// # Safety
 /// `dst` must be a 64-byte aligned global allocation of [`MAP_BYTES`] bytes that nothing reads
 /// while this runs; one thread calls it.
 #[inline(always)]
-pub unsafe fn store_map(dst: *mut u64, image: &TensorMapImage) {
+pub unsafe fn write_map(dst: *mut u64, image: &TensorMapImage) {
     // Constant indices: a run-time index into the by-value parameter would copy it to local memory.
     crate::kernels::unroll::<{ MAP_BYTES / 8 }>(|i| *dst.add(i) = image.words[i]);
-    release_map_writes();
 }
 
 /// `fence.proxy.tensormap::generic.release.gpu`: this thread's earlier generic writes of tensor

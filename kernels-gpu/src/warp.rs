@@ -138,6 +138,33 @@ pub fn warp_any(predicate: bool) -> bool {
     warp_ballot(predicate) != 0
 }
 
+/// `__shfl_sync(0xffffffff, value, src_lane)` for `u32`: lane `src_lane`'s `value` (`src_lane`
+/// below 32).
+///
+/// Every lane of the warp must execute the same call.
+#[inline(always)]
+pub fn warp_shuffle_idx_u32(value: u32, src_lane: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let out: u32;
+        // SAFETY: shfl.sync over the full warp, which the caller's contract guarantees.
+        unsafe {
+            core::arch::asm!(
+                "shfl.sync.idx.b32 {out}, {v}, {src}, 0x1f, 0xffffffff;",
+                out = out(reg32) out, v = in(reg32) value, src = in(reg32) src_lane,
+                // Not `pure`: a warp-collective must not be speculated or merged.
+                options(nomem, nostack),
+            )
+        };
+        out
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let _ = (value, src_lane);
+        crate::gpu_only!("warp_shuffle_idx_u32")
+    }
+}
+
 /// The inclusive prefix sum of `value` over the warp's lanes: lane `l` gets the sum of lanes
 /// `0..=l` (five `shfl.sync.up` steps, Hillis-Steele within the warp; wrapping).
 ///

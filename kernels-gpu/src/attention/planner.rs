@@ -4,10 +4,11 @@
 //! (`rpa_plan`, `rpa_plan_ws`) and the warp-specialized kernel's own block 0 run [`plan_items`].
 
 use crate::attention::{clamp_num_seqs, find_sequence, is_apart_decode, RpaParams};
+use crate::barrier::{self, ids};
 use crate::kernels::unroll;
 use crate::shared::dynamic_shared_mem;
-use crate::thread::{sync_threads, thread_idx_x};
-use crate::warp::{warp_inclusive_sum_u32, WARP_SIZE};
+use crate::thread::thread_idx_x;
+use crate::warp::{warp_inclusive_sum_u32, warp_shuffle_idx_u32, WARP_SIZE};
 
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
@@ -24,7 +25,7 @@ pub const PLAN_HEADER_WORDS: u32 = 36;
 /// then single rows ([`PlanView::item`]).
 pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
 
-/// The header word that counts the tile items (the kernels take them first, last-first).
+/// The header word that counts the tile items (the plan's first items).
 pub(crate) const PLAN_TILES_WORD: usize = 2;
 
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
@@ -85,11 +86,18 @@ pub const fn plan_bytes(capacity: u64) -> u64 {
     (PLAN_HEADER_WORDS as u64 + PLAN_ITEM_WORDS as u64 * capacity) * 4
 }
 
-/// Most warps of a block that plans ([`plan_items`]; a block has at most 1024 threads).
-const PLAN_MAX_WARPS: usize = 32;
+/// Most threads of a block that plans ([`plan_items`]), and their warps.
+const PLAN_MAX_THREADS: usize = 1024;
+const PLAN_MAX_WARPS: usize = PLAN_MAX_THREADS / WARP_SIZE as usize;
 
-/// Dynamic shared memory of a block that plans: three counts per warp.
-pub const PLAN_SHARED_BYTES: u32 = 3 * PLAN_MAX_WARPS as u32 * 4;
+/// Dynamic shared memory of a block that plans: three counts per warp (the scan), then for each
+/// thread its sequence's inclusive tile-item count and end row, and the first sequence's start
+/// row (the tile items' writes spread over the block).
+pub const PLAN_SHARED_BYTES: u32 = (3 * PLAN_MAX_WARPS + 2 * PLAN_MAX_THREADS + 1) as u32 * 4;
+
+/// One plan item as the planner stores it: one 16-byte store (items start 16-byte aligned).
+#[repr(C, align(16))]
+struct PlanItem([u32; PLAN_ITEM_WORDS as usize]);
 
 /// Whether a sequence of `rows` query rows is one short item (all its M rows fit one warp's 16).
 #[inline(always)]
@@ -98,17 +106,21 @@ fn is_short(rows: u32, group: u32) -> bool {
 }
 
 /// Builds the plan (see the module docs) with one block of `block_threads` threads: each thread counts
-/// the items of a contiguous run of sequences, a block-wide scan places them. Order: the tile
-/// items (the heaviest: the kernel runs them first, last tile of each sequence first), then the
-/// short items, then the zero-fill items; the header holds the item and tile-item counts and the
-/// work counter at 0.
+/// the items of a contiguous run of sequences, a block-wide scan places them. Order, the order the
+/// kernels take them in: the tile items (the heaviest first: the last tile of each sequence, the
+/// last sequence's first, then each one's tile before, ...), then the short items, then the
+/// zero-fill items; the header holds the item and tile-item counts and the work counter at 0.
+/// With at most one sequence per thread, the tile items are written by every thread, item `k` by
+/// thread `k mod block_threads` (its sequence found by a binary search of the scan): one thread
+/// per sequence took ~14 µs for 1 x 8k's 256 items, on the path of every block's first tile
+/// (benchmarks/NOTES.md "v39").
 ///
 /// # Safety
-/// Every thread of a block of `block_threads` threads (a multiple of 32, at most 1024) calls it
-/// (it meets at a block barrier and in warp shuffles), with [`PLAN_SHARED_BYTES`] of dynamic
-/// shared memory that nothing else uses meanwhile; the metadata
-/// readable (after the grid dependency wait), as `rpa_plan` takes it; `plan` holds
-/// [`plan_bytes`]`(p.plan_capacity)` bytes that nothing reads meanwhile.
+/// The block's first `block_threads` threads (a multiple of 32, at most 1024) call it, and no
+/// other thread of the block meanwhile uses named barrier `ids::PLAN` (they meet there and in warp
+/// shuffles), with [`PLAN_SHARED_BYTES`] of dynamic shared memory that nothing else uses
+/// meanwhile; the metadata readable (after the grid dependency wait), as `rpa_plan` takes it;
+/// `plan` holds [`plan_bytes`]`(p.plan_capacity)` bytes that nothing reads meanwhile.
 #[inline(always)]
 pub(crate) unsafe fn plan_items(
     cu_q_lens: *const i32,
@@ -161,29 +173,38 @@ pub(crate) unsafe fn plan_items(
     }
     let apart = |i: u32| p.decode_apart != 0 && is_apart_decode(cu(i), cu(i + 1), p.max_tokens);
 
+    let scan = dynamic_shared_mem::<u32>();
+    // With one sequence per thread, its end row (and thread 0's start row) for the tile items'
+    // writes below: stored now, so that `first` dies before the scan.
+    let tile_end = scan.add(3 * PLAN_MAX_WARPS);
+    let row_end = tile_end.add(PLAN_MAX_THREADS);
+    let row_start = row_end.add(PLAN_MAX_THREADS);
+    let clamp_row = |r: i32| r.clamp(0, max_tokens) as u32;
+    *row_end.add(tid) = clamp_row(first.1);
+    if tid == 0 {
+        *row_start = clamp_row(first.0);
+    }
+    let (lane, warp) = (tid as u32 % WARP_SIZE, tid / WARP_SIZE as usize);
     // Inclusive scans of the three counts over the threads: within each warp by shuffles, then
     // across the warps' totals, which lane 31 of each warp leaves in shared memory (one block
-    // barrier; this runs on the critical path of every prefill call, where the blocks wait for
-    // the plan: benchmarks/NOTES.md "v38").
-    let scan = dynamic_shared_mem::<u32>();
-    let (lane, warp) = (tid as u32 % WARP_SIZE, tid / WARP_SIZE as usize);
+    // barrier) and lane w of every warp reads back for warp w, a second shuffle scan (a few
+    // registers, where a loop over the warps' totals held them all: it spilled in the
+    // prologues of the mix kernels). This runs on the critical path of every prefill call,
+    // where the blocks wait for the plan: benchmarks/NOTES.md "v38".
     let warps = threads / WARP_SIZE as usize;
     let mut incl = [0u32; 3];
     unroll::<3>(|c| incl[c] = warp_inclusive_sum_u32(counts[c]));
     if lane == WARP_SIZE - 1 {
         unroll::<3>(|c| *scan.add(c * PLAN_MAX_WARPS + warp) = incl[c]);
     }
-    sync_threads();
+    barrier::sync_named::<{ ids::PLAN.start }>(block_threads);
     let mut totals = [0u32; 3];
-    for w in 0..warps {
-        unroll::<3>(|c| {
-            let t = *scan.add(c * PLAN_MAX_WARPS + w);
-            if w < warp {
-                incl[c] += t;
-            }
-            totals[c] += t;
-        });
-    }
+    unroll::<3>(|c| {
+        let t = if (lane as usize) < warps { *scan.add(c * PLAN_MAX_WARPS + lane as usize) } else { 0 };
+        let across = warp_inclusive_sum_u32(t);
+        incl[c] += warp_shuffle_idx_u32(across - t, warp as u32);
+        totals[c] = warp_shuffle_idx_u32(across, WARP_SIZE - 1);
+    });
     let (tiles, shorts) = (totals[0], totals[1]);
     let capacity = p.plan_capacity;
     if totals[2] != 0 {
@@ -196,30 +217,60 @@ pub(crate) unsafe fn plan_items(
     }
     let write = |k: u32, seq: u32, row: u32, rows: u32| {
         if k < capacity {
-            let item = plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
-            *item = seq;
-            *item.add(1) = row;
-            *item.add(2) = rows;
-            *item.add(3) = 0;
+            let item = plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize) as *mut PlanItem;
+            item.write(PlanItem([seq, row, rows, 0]));
         }
     };
-    let mut next_tile = incl[0] - counts[0];
+    // Tile item `k` in the sequences' order (sequence by sequence, row by row) is stored at
+    // `tiles - 1 - k`: the kernels take the lowest first.
     let mut next_short = tiles + incl[1] - counts[1];
-    for i in lo..hi {
-        let (r0, r1) = (row_of(i), row_of(i + 1));
-        if r1 <= r0 || apart(i) {
-            continue;
+    if per == 1 {
+        // Thread t holds sequence t (if any): its inclusive tile-item count, for every thread's
+        // search (threads past the last sequence hold the total); its rows are stored above.
+        *tile_end.add(tid) = incl[0];
+        barrier::sync_named::<{ ids::PLAN.start }>(block_threads);
+        let mut k = tid as u32;
+        while k < tiles {
+            // Its sequence: the first whose inclusive count exceeds k (sequences without tile
+            // items, whose count equals the one before, are never found).
+            let (mut a, mut b) = (0u32, n);
+            while a < b {
+                let mid = (a + b) / 2;
+                if *tile_end.add(mid as usize) > k {
+                    b = mid;
+                } else {
+                    a = mid + 1;
+                }
+            }
+            let (before, r0) =
+                if a == 0 { (0, *row_start) } else { (*tile_end.add(a as usize - 1), *row_end.add(a as usize - 1)) };
+            let row = r0 + (k - before) * tile_rows;
+            write(tiles - 1 - k, a, row, (*row_end.add(a as usize) - row).min(tile_rows));
+            k += block_threads;
         }
-        if is_short(r1 - r0, group) {
-            write(next_short, i, r0, r1 - r0);
-            next_short += 1;
-        } else {
-            let mut r = r0;
-            while r < r1 {
-                let rows = (r1 - r).min(tile_rows);
-                write(next_tile, i, r, rows);
-                next_tile += 1;
-                r += rows;
+        if counts[1] != 0 {
+            // This thread's sequence is a short item (`count`).
+            let (r0, r1) = (if tid == 0 { *row_start } else { *row_end.add(tid - 1) }, *row_end.add(tid));
+            write(next_short, lo, r0, r1 - r0);
+        }
+    } else {
+        let mut next_tile = incl[0] - counts[0];
+        for i in lo..hi {
+            let (r0, r1) = (row_of(i), row_of(i + 1));
+            if r1 <= r0 || apart(i) {
+                continue;
+            }
+            if is_short(r1 - r0, group) {
+                write(next_short, i, r0, r1 - r0);
+                next_short += 1;
+            } else {
+                let mut r = r0;
+                while r < r1 {
+                    let rows = (r1 - r).min(tile_rows);
+                    write(tiles - 1 - next_tile, i, r, rows);
+                    next_tile += 1;
+                    r += rows;
+                }
             }
         }
     }
@@ -263,7 +314,6 @@ pub(crate) struct PlanView {
     count: u32,
     /// Invalid `cu_q_lens`: the items are single rows (see [`PlanView::item`]).
     pub(crate) fallback: bool,
-    tiles: u32,
 }
 
 impl PlanView {
@@ -271,16 +321,12 @@ impl PlanView {
     /// `ptr.plan` written by [`rpa_plan`] (readable: after the grid dependency wait).
     #[inline(always)]
     pub(crate) unsafe fn load<Q>(ptr: &TiledPointers<Q>) -> Self {
-        PlanView {
-            count: *ptr.plan,
-            fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0,
-            tiles: *ptr.plan.add(PLAN_TILES_WORD),
-        }
+        PlanView { count: *ptr.plan, fallback: *ptr.plan.add(PLAN_FALLBACK_WORD) != 0 }
     }
 
-    /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items,
-    /// tile items last-first (a causal sequence's last tiles see the most keys, and the kernels
-    /// take the lowest units first), or with the fallback flag row `unit`, owned as
+    /// Work item `unit` as (sequence, first row, rows), `None` past the last: the plan's items, in
+    /// the order the kernels take them (the lowest units first: a causal sequence's last tiles,
+    /// which see the most keys, first; [`plan_items`]), or with the fallback flag row `unit`, owned as
     /// [`find_sequence`] says. Items are in ascending order of `unit`: past one end, past all.
     ///
     /// # Safety
@@ -299,9 +345,9 @@ impl PlanView {
             if unit >= self.count {
                 return None;
             }
-            let k = if unit < self.tiles { self.tiles - 1 - unit } else { unit };
-            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * k) as usize);
-            Some((*item, *item.add(1), *item.add(2)))
+            let item = ptr.plan.add((PLAN_HEADER_WORDS + PLAN_ITEM_WORDS * unit) as usize) as *const PlanItem;
+            let [seq, row, rows, _] = (*item).0;
+            Some((seq, row, rows))
         }
     }
 }

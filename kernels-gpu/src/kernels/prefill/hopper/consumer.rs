@@ -7,6 +7,7 @@
 use super::epilogue::{store_rows_staged, store_rows_tma};
 use super::layout::SharedLayout;
 use super::producer::item_keys;
+use super::trace::{self, Point};
 use super::{ws_keys, ws_q_slots, CONSUMER_M, WARPGROUP};
 use crate::attention::mask::mask_logits;
 use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
@@ -137,6 +138,12 @@ pub(super) unsafe fn consume_item<
     *items += 1;
     let q_tile = smem.q(q_stage.index, consumer);
     q_ring.wait(q_stage);
+    // The start trace's steps (`trace`; nothing outside a trace build): the block's first item,
+    // consumer 0's thread 0.
+    let traced = trace::ENABLED && *tiles == 0 && consumer == 0 && wtid == 0;
+    if traced {
+        trace::mark(ptr.plan, p.plan_capacity, Point::FirstQReady);
+    }
     let q_desc = wgmma::descriptor(q_tile, 16, 8 * 128, wgmma::Swizzle::Bytes128);
 
     // fp8 KV: f16 operands, K's scale and q's factor on the logits (in f32).
@@ -264,10 +271,16 @@ pub(super) unsafe fn consume_item<
     if ia < ib {
         let mut s = [[0.0f32; 4]; KN];
         wait_k(ia);
+        if traced {
+            trace::mark(ptr.plan, p.plan_capacity, Point::FirstKReady);
+        }
         turn_begin();
         issue_s(ia, &mut s);
         turn_end();
         wgmma::wait_group::<0>();
+        if traced {
+            trace::mark(ptr.plan, p.plan_capacity, Point::FirstS);
+        }
         keep_s(&mut s);
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
         rescale.apply(&mut o);
@@ -336,5 +349,8 @@ pub(super) unsafe fn consume_item<
         // stores.
         q_ring.release(q_stage);
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+    }
+    if traced {
+        trace::mark(ptr.plan, p.plan_capacity, Point::FirstItemDone);
     }
 }

@@ -69,6 +69,7 @@ mod epilogue;
 mod layout;
 mod producer;
 pub mod scheduler;
+pub mod trace;
 
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
@@ -317,6 +318,9 @@ pub(crate) unsafe fn rpa_tiled_ws<
     // Launched programmatically (sm_90 image): the kernel after this one may launch once every
     // block has started; it waits for this grid's end before touching what this one does.
     crate::grid_dependency::launch_dependents();
+    if trace::ENABLED && thread_idx_x() == 0 {
+        trace::mark(ptr.plan, p.plan_capacity, trace::Point::Entry);
+    }
     // A plan published under a tag (a nonzero tag; never at head_dim 256, whose kernels keep no
     // code for it): built by block 0 (`plan_or_wait`), or with decode rows apart and one block
     // per pair by the planning kernel; with decode rows apart, no wait for the decode kernel
@@ -412,7 +416,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
                 #[inline(always)]
                 |seq, r0, _, g| {
                     if seq != NO_SEQUENCE && issuer {
-                        load_q_item_tma::<D, C>(&p, smem, q_map, &mut items, r0, g)
+                        load_q_item_tma::<D, C>(&p, smem, q_map, &mut items, r0, g);
+                        if trace::ENABLED && items == 1 {
+                            trace::mark(ptr.plan, p.plan_capacity, trace::Point::FirstQIssued);
+                        }
                     }
                 },
             );
@@ -467,6 +474,9 @@ pub(crate) unsafe fn rpa_tiled_ws<
                 )
             },
         );
+        if trace::ENABLED && tid == WARPGROUP {
+            trace::mark(ptr.plan, p.plan_capacity, trace::Point::ConsumerDone);
+        }
         // The last bulk stores' writes done before the block ends.
         if o_map != 0 && issuer {
             tma::bulk_wait_group::<0>();

@@ -4,6 +4,7 @@
 //! [`super::converter`]).
 
 use super::layout::{q_tile_bytes, SharedLayout};
+use super::trace::{self, Point};
 use super::{ws_keys, CONSUMER_M, MAX_CONSUMERS, WS_BLOCK_KEYS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::{page_is_valid, RpaParams};
@@ -101,7 +102,14 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
     g: u32,
 ) {
     let lane = lane_id();
+    let traced = trace::ENABLED && !VALUES && lane == 0 && *tiles == 0;
+    if traced {
+        trace::mark(ptr.plan, p.plan_capacity, Point::FirstPair);
+    }
     let (lo, hi) = item_keys(&ItemRows::load(ptr, p, seq, r0, rc));
+    if traced {
+        trace::mark(ptr.plan, p.plan_capacity, Point::ItemRows);
+    }
     let keys = ws_keys(D as u32);
     let num_tiles = (hi - lo).div_ceil(keys);
     // K rows of head g at index 2g of a token, V rows at 2g + 1 (the interleaved layout).
@@ -151,6 +159,9 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
             }
             sync_warp();
             copy_tile(smem.k(stage.index), k_head, token, ring.full_barrier(stage));
+            if traced && i == 0 {
+                trace::mark(ptr.plan, p.plan_capacity, Point::FirstKIssued);
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! plan).
 
 use super::layout::SharedLayout;
+use super::trace::{self, Point};
 use super::{ws_tensor_map_address, WsMap, WARPGROUP};
 use crate::attention::planner::{
     inputs_ready_word, plan_items, PlanView, TiledPointers, PLAN_BLOCKS_DONE_WORD, PLAN_FALLBACK_WORD,
@@ -14,13 +15,14 @@ use crate::attention::{launch_tagged_word, RpaParams};
 use crate::gpu_scope;
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
+use crate::warp::WARP_SIZE;
 use crate::wgmma;
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// Stores the call's K/V, Q and output tensor maps (`maps`, in [`WsMap`]'s order) after the plan
-/// at `plan` ([`ws_tensor_map_address`]), released to the tensor-map proxy: for the planning
-/// kernel, or for block 0 of a kernel that plans itself.
+/// at `plan` ([`ws_tensor_map_address`]), released to the tensor-map proxy by one fence: for the
+/// planning kernel, or for block 0 of a kernel that plans itself.
 ///
 /// # Safety
 /// One thread calls it; `plan` holds [`ws_scratch_bytes`]`(plan_capacity)` bytes, 16-byte
@@ -28,9 +30,10 @@ use core::sync::atomic::{AtomicU32, Ordering};
 #[inline(always)]
 pub(super) unsafe fn store_maps(plan: *mut u32, plan_capacity: u32, maps: [&TensorMapImage; 3]) {
     let at = |m| ws_tensor_map_address(plan as u64, plan_capacity as u64, m) as *mut u64;
-    tma::store_map(at(WsMap::KeysValues), maps[0]);
-    tma::store_map(at(WsMap::Queries), maps[1]);
-    tma::store_map(at(WsMap::Output), maps[2]);
+    tma::write_map(at(WsMap::KeysValues), maps[0]);
+    tma::write_map(at(WsMap::Queries), maps[1]);
+    tma::write_map(at(WsMap::Output), maps[2]);
+    tma::release_map_writes();
 }
 
 /// The plan state word's value once the plan is published under `tag` ([`plan_or_wait`]): ready
@@ -115,9 +118,9 @@ impl TileBlocks for TileGrid {
 /// ~2.5 µs of the host's time, benchmarks/NOTES.md "v24"); with decode rows apart, a grid that
 /// need not wait for the decode kernel between (see [`rpa_tiled_ws`]).
 ///
-/// Block 0's thread 0 stores the three tensor maps (released to the tensor-map proxy), its
-/// threads build the plan ([`plan_items`], with the block's dynamic shared memory, not yet in use,
-/// for the scan), then thread 0 publishes it ([`publish_plan`]: the workspace may hold anything
+/// Block 0's last warp stores the three tensor maps (released to the tensor-map proxy) while its
+/// other threads build the plan ([`plan_items`], with the block's dynamic shared memory, not yet in
+/// use, for the scan), then thread 0 publishes both ([`publish_plan`]: the workspace may hold anything
 /// before); every waiting block's thread 0 polls the state word with acquire loads until it reads
 /// the launch's. A block barrier ends it. The waiters need the builder running: where block 0
 /// builds, the grid is at most one block per multiprocessor, and a programmatic dependent grid
@@ -169,10 +172,13 @@ pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
     let inputs_word = !G::MIX && p.decode_apart != 0;
     if p.decode_apart == 0 {
         crate::grid_dependency::wait_for_prerequisites();
+        if trace::ENABLED && thread_idx_x() == 0 {
+            trace::mark(ptr.plan, p.plan_capacity, Point::Prerequisites);
+        }
     }
     if plans_here && grid.block() == 0 {
-        if thread_idx_x() == 0 {
-            if inputs_word {
+        if inputs_word {
+            if thread_idx_x() == 0 {
                 // The decode kernel's first block has passed its grid dependency wait: the
                 // kernels that write the call's inputs have completed. Then the word is left
                 // free for a replay under the same tag (the next writer, that replay's decode
@@ -181,22 +187,37 @@ pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
                 gpu_scope::wait_for_u64(inputs, inputs_ready_word(p.launch_tag));
                 AtomicU64::from_ptr(inputs).store(0, Ordering::Relaxed);
             }
-            store_maps(plan, p.plan_capacity, maps);
-        }
-        if inputs_word {
             // The metadata's loads after thread 0's acquire.
             sync_threads();
         }
-        plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, block_threads);
+        // The block's last warp stores the maps while the others build the plan: the maps'
+        // stores and their release fence took ~1.2 µs of the plan's path (benchmarks/NOTES.md
+        // "v39").
+        let planners = block_threads - WARP_SIZE;
+        if thread_idx_x() == planners {
+            store_maps(plan, p.plan_capacity, maps);
+            if trace::ENABLED {
+                trace::mark(ptr.plan, p.plan_capacity, Point::MapsStored);
+            }
+        } else if thread_idx_x() < planners {
+            plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, planners);
+            if trace::ENABLED && thread_idx_x() == 0 {
+                trace::mark(ptr.plan, p.plan_capacity, Point::PlanItemsDone);
+            }
+        }
         // The scan's generic writes before the copies (async proxy) into the same shared memory.
         wgmma::fence_proxy_async_shared();
         // Every thread's plan writes before thread 0 publishes them.
         sync_threads();
         if thread_idx_x() == 0 {
+            trace::mark(ptr.plan, p.plan_capacity, Point::PlanWritten);
             publish_plan(plan, p.launch_tag);
         }
     } else if thread_idx_x() == 0 {
         gpu_scope::wait_for_u64(state, ready);
+    }
+    if trace::ENABLED && thread_idx_x() == 0 {
+        trace::mark(ptr.plan, p.plan_capacity, Point::PlanReady);
     }
     sync_threads();
     // Q's and K/V's bulk copies (the async proxy) after the acquire above, which no grid

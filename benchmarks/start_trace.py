@@ -1,0 +1,184 @@
+"""Where a prefill call's start goes: the warp-specialized kernel's start trace, per step.
+
+Needs a library built with `XGK_TRACE=1` (`kernels-gpu::kernels::prefill::hopper::trace`): each
+block marks its steps (entry, grid dependency wait, block 0's maps stored, its plan items done,
+plan written / ready, first pair, the item's rows, first K and Q copies issued, consumer 0's
+first Q, first K, first S, first item done, last item done) as pairs of `%globaltimer` (ns,
+across blocks) and `%clock64` (cycles, within a block) after the call's workspace. This script
+runs our torch op on the prefill and short suites' cases (G1 unless `--geometry`), gives each
+call a workspace with room for the trace, and prints, per case and step, the time from the
+call's first block entry: median and max over the blocks, and
+block 0's (the planner's) and one other block's from their cycle counters.
+
+Two ways per case: `alone` (a synchronize before each call: no kernel before it to overlap) and
+`queued` (10 calls back to back, the way the benchmarks time them: with programmatic dependent
+launch a call's blocks start under the one before and wait for it; the trace of the 9th call).
+
+    python3 benchmarks/start_trace.py [--geometry G1] [--cases 1x512/2048,4x256/2048,...] [--out F.json]
+
+A timing tool, not a benchmark: the marks cost a few stores per block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+# The Python kernels of the torch op (ctypes into the C API), whose workspace this script sizes;
+# the native ones allocate it in libtorch.
+os.environ["XGK_TORCH_KERNELS"] = "python"
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import peers  # noqa: E402  (benchmarks/, the suites' inputs and variants)
+
+POINTS = 16
+STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "item rows", "first K issued",
+         "first Q issued", "first Q ready", "first K ready", "first S", "first item done", "consumer done",
+         "maps stored", "plan items done"]
+TRACE_SLACK = 1 << 20  # bytes past the workspace: room for POINTS pairs of 8-byte words per block
+
+
+class TracedWorkspaces:
+    """Installed for the whole run (every call's marks land after its workspace, warm-up calls'
+    too): the op's uint8 workspace allocations (`xla_gpu_kernels.torch`) get TRACE_SLACK bytes
+    more, zeroed: from `ready` (zeroed before, so that queued calls have no kernel between them)
+    while it lasts, else allocated; `taken` keeps (tensor, asked bytes) of each."""
+
+    def __init__(self):
+        self.ready, self.taken = [], []
+        real = torch.empty
+
+        def empty(*args, **kw):
+            if kw.get("dtype") is torch.uint8 and len(args) == 1:
+                n = int(args[0])
+                t = self.ready.pop(0) if self.ready else torch.zeros(n + TRACE_SLACK, dtype=torch.uint8,
+                                                                     device=kw.get("device"))
+                self.taken.append((t, n))
+                return t[:n]
+            return real(*args, **kw)
+        torch.empty = empty
+
+    def reset(self, ready=()):
+        self.ready, self.taken = list(ready), []
+
+
+def read_trace(buf, nbytes):
+    """The blocks' marks: a list per block of (ns, cycles) or None per step."""
+    at = -(-nbytes // 128) * 128
+    words = buf[at:at + TRACE_SLACK - 128].view(torch.int64).cpu().tolist()
+    blocks = []
+    for b in range(len(words) // (2 * POINTS)):
+        marks = [(words[2 * (b * POINTS + i)], words[2 * (b * POINTS + i) + 1]) for i in range(len(STEPS))]
+        if marks[0][0] == 0:
+            break
+        blocks.append([m if m[0] else None for m in marks])
+    return blocks
+
+
+def summarize(blocks):
+    """Per step: (median, max) µs over the blocks from the first block's entry (globaltimer), and
+    block 0's and block 1's µs from their own entry (cycle counter, at the clock the blocks'
+    globaltimer spans give)."""
+    t0 = min(b[0][0] for b in blocks)
+    rates = []  # cycles per ns, from each block's span
+    for b in blocks:
+        last = max((m for m in b if m), key=lambda m: m[0])
+        if last[0] - b[0][0] > 2000:
+            rates.append((last[1] - b[0][1]) / (last[0] - b[0][0]))
+    rate = statistics.median(rates) if rates else 1.98
+    rows = []
+    for i, step in enumerate(STEPS):
+        ts = [(b[i][0] - t0) / 1e3 for b in blocks if b[i]]
+        own = []
+        for k in (0, 1):
+            m = blocks[k][i] if k < len(blocks) else None
+            own.append(round((m[1] - blocks[k][0][1]) / rate / 1e3, 3) if m else None)
+        rows.append({"step": step, "blocks": len(ts), "median_us": round(statistics.median(ts), 3) if ts else None,
+                     "min_us": round(min(ts), 3) if ts else None, "max_us": round(max(ts), 3) if ts else None,
+                     "block0_us": own[0], "block1_us": own[1]})
+    return {"blocks": len(blocks), "ghz": round(rate, 3), "steps": rows}
+
+
+def parse_cases(spec, geometry):
+    cases = []
+    for item in spec.split(","):
+        shape, _, ctx = item.partition("/")
+        b, q = (int(x) for x in shape.split("x"))
+        kv = int(ctx) if ctx else q
+        cases.append(peers.Case(f"{geometry} {b}x{q} over {kv}", geometry, [(q, kv)] * b))
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--geometry", default="G1", choices=list(peers.GEOMETRIES))
+    ap.add_argument("--cases", default="1x512/2048,4x256/2048,16x128/2048,1x2048,1x8192")
+    ap.add_argument("--variant", default="auto", help="ours' variant, as peers.py --variants takes one")
+    ap.add_argument("--repeats", type=int, default=7, help="traced calls per way (medians over them)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import xla_gpu_kernels.torch  # noqa: F401
+    ours = peers.Ours(args.variant)
+    ours.select()
+    ws = TracedWorkspaces()
+    report = {"gpu": torch.cuda.get_device_name(), "variant": args.variant, "cases": []}
+    for case in parse_cases(args.cases, args.geometry):
+        inp = peers.Inputs(case, seed=0)
+        call = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
+            inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale)
+        for _ in range(5):
+            call()
+        torch.cuda.synchronize()
+        ws.reset()
+        call()
+        torch.cuda.synchronize()
+        nbytes = ws.taken[0][1]
+        ways = {}
+        for way in ("alone", "queued"):
+            runs = []
+            for _ in range(args.repeats):
+                ready = [torch.zeros(nbytes + TRACE_SLACK, dtype=torch.uint8, device=inp.q.device)
+                         for _ in range(10)] if way == "queued" else []
+                torch.cuda.synchronize()
+                ws.reset(ready)
+                if way == "alone":
+                    call()
+                else:
+                    for _ in range(10):
+                        call()
+                torch.cuda.synchronize()
+                buf, nbytes = ws.taken[0 if way == "alone" else 8]
+                blocks = read_trace(buf, nbytes)
+                if not blocks:
+                    raise SystemExit("no trace: is the library built with XGK_TRACE=1?")
+                runs.append(summarize(blocks))
+            # Medians over the runs, per step and column.
+            steps = []
+            for i, step in enumerate(STEPS):
+                row = {"step": step}
+                for col in ("median_us", "min_us", "max_us", "block0_us", "block1_us"):
+                    vals = [r["steps"][i][col] for r in runs if r["steps"][i][col] is not None]
+                    row[col] = round(statistics.median(vals), 3) if vals else None
+                steps.append(row)
+            ways[way] = {"blocks": runs[0]["blocks"], "ghz": runs[0]["ghz"], "steps": steps}
+        report["cases"].append({"name": case.name, "ways": ways})
+        print(f"\n{case.name}: {ways['alone']['blocks']} blocks, {ways['alone']['ghz']} GHz; µs from the first entry")
+        print(f"{'step':<18}" + "".join(f"{w + ' ' + c:>15}" for w in ways for c in ("med", "max", "b0", "b1")))
+        for i, step in enumerate(STEPS):
+            cells = []
+            for w in ways:
+                r = ways[w]["steps"][i]
+                cells += [r["median_us"], r["max_us"], r["block0_us"], r["block1_us"]]
+            print(f"{step:<18}" + "".join(f"{'-' if c is None else c:>15}" for c in cells))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

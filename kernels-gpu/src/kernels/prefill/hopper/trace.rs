@@ -1,0 +1,83 @@
+//! A trace of the warp-specialized kernel's start, for builds made to measure it (`XGK_TRACE=1`
+//! at build time: the root build.rs then compiles the images with `--cfg xgk_trace`). In every
+//! other build [`mark`] compiles to nothing, so the shipped images do not change.
+//!
+//! Where a call's time goes before its first tiles is a chain of dependent steps (the grid
+//! dependency, block 0's plan, the other blocks' wait for it, the item, its rows, the first
+//! copies, the consumers' first waits): a profiler shows the kernel's total, not the chain.
+//! Each [`Point`] is marked once per block, by one thread, as a pair of 64-bit words: the
+//! GPU-wide `%globaltimer` (nanoseconds, comparable across blocks) and the multiprocessor's
+//! `%clock64` (cycles, finer, comparable within a block). The pairs follow the workspace the
+//! host sized for the call ([`super::ws_scratch_bytes`]) from its next 128-byte boundary,
+//! [`POINTS`] pairs per block in block order: the caller passes a workspace of that many more
+//! bytes (`benchmarks/start_trace.py`) and reads them back.
+
+/// The marked steps, in the order they happen in a block.
+#[derive(Clone, Copy)]
+pub(crate) enum Point {
+    /// The block's thread 0 is running.
+    Entry = 0,
+    /// Thread 0 has passed the grid dependency wait (the inputs are written).
+    Prerequisites = 1,
+    /// Block 0: every thread's plan writes are done (before the publication).
+    PlanWritten = 2,
+    /// Thread 0 has published the plan (block 0) or read it published (the others).
+    PlanReady = 3,
+    /// The K copier's lane 0 has its first pair (the item read from the plan).
+    FirstPair = 4,
+    /// The K copier's lane 0 has the first item's rows and keys (`ItemRows::load`).
+    ItemRows = 5,
+    /// The K copier's lane 0 has issued the first tile's copies.
+    FirstKIssued = 6,
+    /// The Q loader has issued the first item's Q.
+    FirstQIssued = 7,
+    /// Consumer 0's thread 0 has the first item's Q in shared memory.
+    FirstQReady = 8,
+    /// Consumer 0's thread 0 has the first K tile in shared memory.
+    FirstKReady = 9,
+    /// Consumer 0's thread 0 has the first tile's S.
+    FirstS = 10,
+    /// Consumer 0's thread 0 has finished the first item (its output issued).
+    FirstItemDone = 11,
+    /// Consumer 0's thread 0 has finished its last item.
+    ConsumerDone = 12,
+    /// Block 0's thread 0 has stored the tensor maps (released to the tensor-map proxy).
+    MapsStored = 13,
+    /// Block 0's thread 0 is done with its part of the plan's items (before the block barrier).
+    PlanItemsDone = 14,
+}
+
+/// Whether this build records the trace: where false (every build but a trace build), callers'
+/// conditions fold away with their marks, and the images are those of a build without them.
+pub(crate) const ENABLED: bool = cfg!(all(target_arch = "nvptx64", xgk_trace));
+
+/// Pairs of words per block (room for every [`Point`]).
+pub const POINTS: u32 = 16;
+
+/// Bytes of trace after the workspace for `blocks` blocks.
+pub const fn trace_bytes(blocks: u32) -> u64 {
+    blocks as u64 * POINTS as u64 * 16
+}
+
+/// Marks `point` for this block (one thread calls it, once per point): a no-op unless built with
+/// `--cfg xgk_trace`.
+///
+/// # Safety
+/// In a trace build, `plan` is the call's workspace of [`super::ws_scratch_bytes`]`(plan_capacity)`
+/// bytes followed, from the next 128-byte boundary, by [`trace_bytes`] for the grid's blocks.
+#[inline(always)]
+pub(crate) unsafe fn mark(plan: *const u32, plan_capacity: u32, point: Point) {
+    #[cfg(all(target_arch = "nvptx64", xgk_trace))]
+    // SAFETY: reading two special registers; the store lands in the caller's trace (see above).
+    unsafe {
+        let (ns, cycles): (u64, u64);
+        core::arch::asm!("mov.u64 {}, %globaltimer;", out(reg64) ns, options(nostack, nomem));
+        core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) cycles, options(nostack, nomem));
+        let base = (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128) as *mut u64;
+        let slot = base.add(2 * (crate::thread::block_idx_x() * POINTS + point as u32) as usize);
+        slot.write_volatile(ns);
+        slot.add(1).write_volatile(cycles);
+    }
+    #[cfg(not(all(target_arch = "nvptx64", xgk_trace)))]
+    let _ = (plan, plan_capacity, point);
+}
