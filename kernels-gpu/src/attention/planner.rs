@@ -107,8 +107,8 @@ fn is_short(rows: u32, group: u32) -> bool {
 
 /// Builds the plan (see the module docs) with one block of `block_threads` threads: each thread counts
 /// the items of a contiguous run of sequences, a block-wide scan places them. Order, the order the
-/// kernels take them in: the tile items (the heaviest first: the last tile of each sequence, the
-/// last sequence's first, then each one's tile before, ...), then the short items, then the
+/// kernels take them in: the tile items in reverse of the sequences' order (the last sequence's
+/// last tile first: a causal sequence's later tiles see more keys), then the short items, then the
 /// zero-fill items; the header holds the item and tile-item counts and the work counter at 0.
 /// With at most one sequence per thread, the tile items are written by every thread, item `k` by
 /// thread `k mod block_threads` (its sequence found by a binary search of the scan): one thread
