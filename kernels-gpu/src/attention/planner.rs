@@ -140,7 +140,8 @@ pub(crate) unsafe fn plan_items(
     let group = p.num_q_heads / p.num_kv_heads;
     let tile_rows = p.tile_rows.max(1);
     let max_tokens = p.max_tokens as i32; // < 2^31, validated on the host
-    let row_of = |i: u32| cu(i).clamp(0, max_tokens) as u32;
+    let clamp_row = |r: i32| r.clamp(0, max_tokens) as u32;
+    let row_of = |i: u32| clamp_row(cu(i));
     let per = n.div_ceil(block_threads);
     let lo = (tid as u32 * per).min(n);
     let hi = (lo + per).min(n);
@@ -153,7 +154,7 @@ pub(crate) unsafe fn plan_items(
         if b < a {
             counts[2] += 1;
         }
-        let rows = (b.clamp(0, max_tokens) as u32).saturating_sub(a.clamp(0, max_tokens) as u32);
+        let rows = clamp_row(b).saturating_sub(clamp_row(a));
         if rows == 0 || (p.decode_apart != 0 && is_apart_decode(a, b, p.max_tokens)) {
         } else if is_short(rows, group) {
             counts[1] += 1;
@@ -179,7 +180,6 @@ pub(crate) unsafe fn plan_items(
     let tile_end = scan.add(3 * PLAN_MAX_WARPS);
     let row_end = tile_end.add(PLAN_MAX_THREADS);
     let row_start = row_end.add(PLAN_MAX_THREADS);
-    let clamp_row = |r: i32| r.clamp(0, max_tokens) as u32;
     *row_end.add(tid) = clamp_row(first.1);
     if tid == 0 {
         *row_start = clamp_row(first.0);
