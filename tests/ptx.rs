@@ -148,20 +148,17 @@ fn ptxas_accepts_the_ptx_without_spills() {
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
         // No local memory in any kernel except the e4m3 warp-specialized twins (below) and the
         // head_dim-256 warp-specialized tile kernels on
-        // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): 32 bytes stack frame,
-        // 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50). Their consumers
+        // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): at most 32 bytes stack
+        // frame, 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50; 24 / 24 / 28
+        // since faf60f6). Their consumers
         // need 240 registers (O alone is 128), which leaves the producer warp 24, where ptxas keeps
         // a few loop invariants of the item walk on the stack (reloaded once per item or tile; the
         // producer is not the bottleneck). Every other kernel, on every arch: 0 bytes stack frame,
         // 0 bytes spill stores, 0 bytes spill loads (the 16-bit head_dim-128 pipelined kernels once
-        // kept 8 bytes, benchmarks/NOTES.md "v9"; no longer). The README's sentence to match:
-        // "every kernel has a 0-byte stack frame and no spills, except the head_dim-256
-        // warp-specialized tile kernels (sm_90a), whose producer warp keeps 32 bytes of stack
-        // (48/56 bytes of spill stores/loads, outside the consumers' math)" (docs/architecture.md;
-        // with one fp8 twin of the warp-specialized kernel, `rpa_tile_ws_f16_e5m2_d64`, 4 bytes of
-        // its consumers' item walk; and the head_dim-64 16-bit warp-specialized kernels, whose
-        // three consumers' 160 registers keep a few loop invariants on the stack). The kernels
-        // with local memory are printed for each arch.
+        // kept 8 bytes, benchmarks/NOTES.md "v9"; no longer). docs/architecture.md states the
+        // measured figures of every kernel with local memory (the head_dim-256 and head_dim-64
+        // 16-bit warp-specialized kernels, the fp8 twins' 4 bytes of their consumers' item walk).
+        // The kernels with local memory are printed for each arch.
         let mut function = "";
         let mut nonzero = vec![];
         for line in log.lines() {
