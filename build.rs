@@ -466,7 +466,36 @@ fn build_image(image: &Image, kernels_dir: &Path, out_dir: &Path, llvm_bin: &Pat
 
     let ptx = target_dir.join("nvptx64-nvidia-cuda/release/kernels_gpu.ptx");
     let text = fs::read_to_string(&ptx).map_err(|e| format!("reading {}: {e}", ptx.display()))?;
-    apply_launch_bounds(&text).map_err(|e| format!("{}: {e}", ptx.display()))
+    apply_launch_bounds(&text).and_then(|t| align_param_maps(&t)).map_err(|e| format!("{}: {e}", ptx.display()))
+}
+
+/// Declares `.align 64` each kernel parameter whose address the kernels take in inline PTX
+/// (`kernels_gpu::param_address!`: `mov.u64 %rd, <entry>_param_<n>;`, where LLVM's own code reads
+/// parameters with `ld.param`): the tensor maps, which the tensor memory accelerator reads in
+/// the parameter space, 64-byte aligned as CUDA's `CUtensorMap` (rustc declares no parameter
+/// aligned past 16). Fails where the named parameter is not a 128-byte one (a tensor map): a
+/// wrong index in the kernels' source stops the build.
+fn align_param_maps(ptx: &str) -> Result<String, String> {
+    let mut symbols: Vec<&str> = ptx
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("mov.u64"))
+        .filter_map(|rest| rest.split_once(',').map(|(_, operand)| operand.trim().trim_end_matches(';').trim()))
+        .filter(|operand| operand.contains("_param_") && !operand.starts_with('%'))
+        .collect();
+    symbols.sort_unstable();
+    symbols.dedup();
+    let mut text = ptx.to_string();
+    for symbol in symbols {
+        let declaration = format!(".b8 {symbol}[128]");
+        let at = text
+            .find(&declaration)
+            .ok_or_else(|| format!("{symbol}: its address is taken, but it is no 128-byte parameter (a tensor map)"))?;
+        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line = &text[line_start..at];
+        let align = line.find(".param .align ").ok_or_else(|| format!("{symbol}: unexpected declaration {line:?}"))?;
+        text.replace_range(line_start + align..at, ".param .align 64 ");
+    }
+    Ok(text)
 }
 
 /// Turns each `__xgk_maxntid_<name> = N | M << 16` marker global (from `#[kernel(max_threads = N,

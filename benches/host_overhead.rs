@@ -15,9 +15,8 @@
 //!   calls queued behind a 2 GiB memset: the host's cost alone, even for a call whose kernels
 //!   outlast its host work on the GPU.
 //! - `host_overhead/plan_launch_prepared`, `plan_ws_launch_prepared` (GPU only; the second on
-//!   Hopper): the driver alone launching the tile family's plan kernels with prepared arguments,
-//!   without and with the three 128-byte tensor maps a prefill launch carries: what argument
-//!   bytes cost the driver.
+//!   Hopper): the driver alone launching the tile family's plan kernels with prepared arguments
+//!   (three pointers and the parameters each).
 //! - `host_overhead/ws_launch_prepared` (GPU only, Hopper): the driver alone launching the
 //!   warp-specialized tile kernel itself with prepared arguments, in a prefill call's launch shape
 //!   (a block per multiprocessor, 384 threads, ~225 KiB of shared memory, eight pointers, the
@@ -349,13 +348,12 @@ fn cuda_calls(c: &mut Criterion) {
     g.finish();
 }
 
-/// The driver's price of a launch's argument bytes: the tiled family's two plan kernels launched
-/// with prepared arguments (programmatic, as the library launches them on Hopper), on an empty
-/// batch (`num_seqs` 0: each block writes the plan's header and exits). `rpa_plan` takes three
-/// pointers and `RpaParams`; `rpa_plan_ws` takes the same and three 128-byte tensor maps, as the
-/// warp-specialized kernel's launch does. Their difference is what a prefill call's 384 bytes of
-/// maps cost the driver; `ffi_cuda/prefill_1x2k` less `plan_ws_launch_prepared` is the library's
-/// own work on such a call.
+/// The tiled family's two plan kernels launched with prepared arguments (programmatic, as the
+/// library launches them on Hopper), on an empty batch (`num_seqs` 0: each block writes the
+/// plan's header and exits): three pointers and `RpaParams` each, the driver's floor for a
+/// launch of one small block; `ffi_cuda/prefill_1x2k` less `plan_ws_launch_prepared` is about
+/// the library's own work on such a call (the tile kernel's launch, `ws_launch_prepared`, carries
+/// the three 128-byte tensor maps too).
 fn plan_kernel_launches(
     g: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
     stream: &Arc<CudaStream>,
@@ -364,7 +362,6 @@ fn plan_kernel_launches(
 ) {
     use kernels_gpu::attention::planner::{plan_bytes, plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
     use kernels_gpu::kernels::prefill::hopper::{ws_consumers, ws_scratch_bytes, ws_tile_rows};
-    use kernels_gpu::tma::TensorMapImage;
     let rows = ws_tile_rows(spec.group().max(1), ws_consumers(spec.head_dim, false));
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
     let bytes = ws_scratch_bytes(capacity).max(plan_bytes(capacity)) as usize;
@@ -375,19 +372,17 @@ fn plan_kernel_launches(
     params.tile_rows = rows;
     params.plan_capacity = capacity as u32;
     let raw_stream = stream.cu_stream();
-    let map = TensorMapImage { words: kv_tensor_map(spec, plan.device_ptr(stream).0).unwrap() };
     // `rpa_plan_ws` is in the sm_90 image only (Hopper).
-    let kernels: &[(&str, usize)] =
-        if module.image.has_wgmma() { &[("rpa_plan", 0), ("rpa_plan_ws", 3)] } else { &[("rpa_plan", 0)] };
-    for &(name, maps) in kernels {
+    let kernels: &[(&str, &str)] = if module.image.has_wgmma() {
+        &[("rpa_plan", "plan_launch_prepared"), ("rpa_plan_ws", "plan_ws_launch_prepared")]
+    } else {
+        &[("rpa_plan", "plan_launch_prepared")]
+    };
+    for &(name, id) in kernels {
         let f = module.function_with_shared(name, PLAN_SHARED_BYTES).unwrap();
         let mut args = KernelArgs::new();
         args.push(cu.device_ptr(stream).0).push(num_seqs.device_ptr(stream).0).push(plan.device_ptr(stream).0);
         args.push(params);
-        for _ in 0..maps {
-            args.push(map);
-        }
-        let id = if maps == 0 { "plan_launch_prepared" } else { "plan_ws_launch_prepared" };
         g.bench_function(id, |b| {
             b.iter_custom(|iters| {
                 time_bursts(stream, iters, || unsafe {
@@ -401,7 +396,7 @@ fn plan_kernel_launches(
 
 /// [`plan_kernel_launches`] for the warp-specialized tile kernel itself (`ws_launch_prepared`, see
 /// the module docs): `rpa_plan_ws` plans a batch of one row and no sequence once (one zero-fill
-/// item per KV head, the maps stored after it), then the tile kernel is launched from prepared
+/// item per KV head), then the tile kernel is launched from prepared
 /// arguments with the prefill call's block size, shared memory and grid (a block per
 /// multiprocessor; all but eight exit at once), untagged (it reads the stored plan and leaves it).
 fn ws_kernel_launches(
@@ -441,9 +436,6 @@ fn ws_kernel_launches(
     let planner = module.function_with_shared("rpa_plan_ws", PLAN_SHARED_BYTES).unwrap();
     let mut args = KernelArgs::new();
     args.push(cu).push(num_seqs).push(plan).push(params);
-    for map in maps {
-        args.push(map);
-    }
     // SAFETY: the planner's arguments as it takes them; the plan buffer holds its scratch bytes.
     unsafe {
         launch_programmatic(planner, 1, PLAN_THREADS, PLAN_SHARED_BYTES, raw_stream, args.pointers().as_mut_ptr())

@@ -1,8 +1,8 @@
 """Where a prefill call's start goes: the warp-specialized kernel's start trace, per step.
 
 Needs a library built with `XGK_TRACE=1` (`kernels-gpu::kernels::prefill::hopper::trace`): each
-block marks its steps (entry, grid dependency wait, block 0's maps stored, its plan items done,
-plan written / ready, first pair, the item's rows, first K and Q copies issued, consumer 0's
+block marks its steps (entry, grid dependency wait, its scan or block 0's plan items done,
+plan written / ready, roles split, pair taken from the schedule ring, first pair, the item's rows, first K and Q copies issued, consumer 0's
 first Q, first K, first S, first item done, last item done) as pairs of `%globaltimer` (ns,
 across blocks) and `%clock64` (cycles, within a block) after the call's workspace. This script
 runs our torch op on the prefill and short suites' cases (G1 unless `--geometry`), gives each
@@ -39,7 +39,7 @@ import peers  # noqa: E402  (benchmarks/, the suites' inputs and variants)
 POINTS = 16
 STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "item rows", "first K issued",
          "first Q issued", "first Q ready", "first K ready", "first S", "first item done", "consumer done",
-         "maps stored", "plan items done"]
+         "roles split", "plan items done", "pair taken"]
 TRACE_SLACK = 1 << 20  # bytes past the workspace: room for POINTS pairs of 8-byte words per block
 
 

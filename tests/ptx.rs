@@ -25,7 +25,7 @@ fn ptx_exports_every_kernel() {
         let hopper = image.has_grid_dependency_control();
         assert_eq!(image.ptx.contains(".entry wgmma_selftest_bf16("), hopper, "{}", image.arch);
         assert_eq!(image.ptx.contains("wgmma.mma_async.sync.aligned"), hopper, "{}", image.arch);
-        // The warp-specialized kernels' plan (it stores their K/V tensor map) too.
+        // The warp-specialized kernels' plan too.
         assert_eq!(image.ptx.contains(".entry rpa_plan_ws("), hopper, "{}", image.arch);
         for q in ["f16", "bf16"] {
             for d in [64, 128] {
@@ -37,6 +37,40 @@ fn ptx_exports_every_kernel() {
             }
         }
     }
+}
+
+/// The warp-specialized and mix kernels read their tensor maps where they lie, in the parameter
+/// space (`kernels_gpu::param_address!`): each entry takes the address of its K/V map's parameter
+/// (and no other), each so named is a 128-byte parameter declared `.align 64` (build.rs), and no
+/// kernel writes or fences a tensor map in global memory.
+#[test]
+fn tensor_maps_are_read_in_the_parameter_space() {
+    let image = xla_gpu_kernels::PTX_IMAGES.iter().find(|i| i.arch == "sm_90a").expect("the Hopper image");
+    let ptx = image.ptx.trim_end_matches('\0');
+    assert!(!ptx.contains("fence.proxy.tensormap"), "a tensor map written to global memory");
+    let mut entries = 0;
+    for entry in ptx.split(".entry ").skip(1) {
+        let name = entry.split('(').next().unwrap_or_default();
+        if !(name.starts_with("rpa_tile_ws_") || name.starts_with("rpa_mix_")) {
+            continue;
+        }
+        entries += 1;
+        let named: Vec<&str> = entry
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("mov.u64"))
+            .filter_map(|r| r.split_once(',').map(|(_, o)| o.trim().trim_end_matches(';').trim()))
+            .filter(|o| o.contains("_param_"))
+            .collect();
+        // The K/V map: parameter 9 of a tile kernel, 11 of a mix (after its decode parameters).
+        let kv = if name.starts_with("rpa_mix_") { 11 } else { 9 };
+        assert!(named.contains(&format!("{name}_param_{kv}").as_str()), "{name}: its K/V map's address {named:?}");
+        for symbol in named {
+            assert!(symbol.starts_with(&format!("{name}_param_")), "{name} names {symbol}");
+            let declaration = format!(".param .align 64 .b8 {symbol}[128]");
+            assert!(entry.contains(&declaration), "{name}: {declaration}");
+        }
+    }
+    assert_eq!(entries, 14 + 4, "the warp-specialized and the mix kernels");
 }
 
 /// Images with grid-dependency control wait, in every attention kernel (each is launched
@@ -149,15 +183,16 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // No local memory in any kernel except the e4m3 warp-specialized twins (below) and the
         // head_dim-256 warp-specialized tile kernels on
         // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): at most 32 bytes stack
-        // frame, 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50; 24 / 24 / 28
-        // since faf60f6). Their consumers
+        // frame, 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50; 24 / 20 / 20
+        // since the tensor maps became kernel parameters, 2026-11-29). Their consumers
         // need 240 registers (O alone is 128), which leaves the producer warp 24, where ptxas keeps
         // a few loop invariants of the item walk on the stack (reloaded once per item or tile; the
         // producer is not the bottleneck). Every other kernel, on every arch: 0 bytes stack frame,
         // 0 bytes spill stores, 0 bytes spill loads (the 16-bit head_dim-128 pipelined kernels once
         // kept 8 bytes, benchmarks/NOTES.md "v9"; no longer). docs/architecture.md states the
         // measured figures of every kernel with local memory (the head_dim-256 and head_dim-64
-        // 16-bit warp-specialized kernels, the fp8 twins' 4 bytes of their consumers' item walk).
+        // 16-bit warp-specialized kernels; the fp8 twins keep none since 2026-11-29, once 4 bytes
+        // of their consumers' item walk, still allowed).
         // The kernels with local memory are printed for each arch.
         let mut function = "";
         let mut nonzero = vec![];
@@ -192,9 +227,10 @@ fn ptxas_accepts_the_ptx_without_spills() {
                 }
                 if function.starts_with("rpa_tile_ws_") && (function.contains("_e4m3_") || function.contains("_e5m2_"))
                 {
-                    // The fp8 twins (with ptxas 13.0 one of them, f16_e5m2_d64; which one moves
-                    // with small code changes): one 4-byte value of the consumers' item walk
-                    // (stored once, loaded once per item, outside the products and the softmax).
+                    // The fp8 twins (none since 2026-11-29; before, with ptxas 13.0, one of them,
+                    // which one moving with small code changes): one 4-byte value of the
+                    // consumers' item walk (stored once, loaded once per item, outside the
+                    // products and the softmax).
                     assert!(
                         bytes.len() == 3 && bytes[0] <= 8 && bytes[1] <= 4 && bytes[2] <= 4,
                         "{arch} {function}: {line}"

@@ -16,61 +16,68 @@
 //! may be reused once [`bulk_wait_group_read`] returns, the global writes are done once
 //! [`bulk_wait_group`] returns.
 //!
-//! The map lives in global memory: the host encodes it (`cuTensorMapEncodeTiled`) and a kernel
-//! that runs before the user writes it there ([`write_map`]), publishing it to the tensor-map
-//! proxy ([`release_map_writes`]); the user acquires it ([`acquire_map`]) before its first copy.
+//! The map is a kernel parameter: the host encodes it (`cuTensorMapEncodeTiled`) and passes it by
+//! value ([`TensorMapImage`]); the copies read it where it lies, in the kernel's parameter space
+//! ([`param_address!`], CUDA's `__grid_constant__` maps). Parameters do not change while the grid
+//! runs, so no block writes a map and no proxy fence orders one: a map written to global memory
+//! by one block needed a release fence there and an acquire in every copier, on the path to
+//! every block's first tiles (benchmarks/NOTES.md "v40").
 
 /// Bytes of a tensor map (`CUtensorMap`), which must be 64-byte aligned in global memory.
 pub const MAP_BYTES: usize = 128;
 
-/// A tensor map as the host encoded it, passed by value as a kernel parameter.
+/// A tensor map as the host encoded it, passed by value as a kernel parameter. A map must be
+/// 64-byte aligned where the copies read it: rustc declares no kernel parameter aligned past 16,
+/// so the root build.rs declares each parameter that [`param_address!`] names `.align 64`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorMapImage {
     pub words: [u64; MAP_BYTES / 8],
 }
 
-/// Writes `image` to `dst` (global memory, 64-byte aligned) with generic stores; the writer then
-/// publishes its maps' writes to the tensor-map proxy with one [`release_map_writes`] (a fence
-/// takes ~0.4 µs: one for all of a call's maps, benchmarks/NOTES.md "v39").
+/// The generic address of the kernel parameter named `$symbol` (a string literal: LLVM names an
+/// entry's parameters `<entry>_param_<index>` in the PTX), for a [`TensorMapImage`] passed by
+/// value: what [`load_3d`] and [`store_3d`] take as `map` (`mov` of the parameter's address,
+/// `cvta.param`). Rust cannot take a kernel parameter's address without a copy to local memory,
+/// which the tensor memory accelerator cannot read; the entry's inline PTX names it instead. The
+/// root build.rs finds each parameter so named (the `mov.u64` of a `_param_` symbol: LLVM's own
+/// code reads parameters with `ld.param`), declares it `.align 64` (as CUDA's `CUtensorMap`), and
+/// fails the build where it is not a 128-byte parameter of that entry. On the host, 0.
 ///
 /// # Safety
-/// `dst` must be a 64-byte aligned global allocation of [`MAP_BYTES`] bytes that nothing reads
-/// while this runs; one thread calls it.
-#[inline(always)]
-pub unsafe fn write_map(dst: *mut u64, image: &TensorMapImage) {
-    // Constant indices: a run-time index into the by-value parameter would copy it to local memory.
-    crate::kernels::unroll::<{ MAP_BYTES / 8 }>(|i| *dst.add(i) = image.words[i]);
+/// Only in the body of the entry whose parameter it names (sm_90a image).
+#[macro_export]
+macro_rules! param_address {
+    ($symbol:expr) => {{
+        #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+        let address: u64 = {
+            let a: u64;
+            core::arch::asm!(
+                concat!("mov.u64 {a}, ", $symbol, ";\ncvta.param.u64 {a}, {a};"),
+                a = out(reg64) a,
+                options(nostack, nomem, pure)
+            );
+            a
+        };
+        #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+        let address: u64 = 0;
+        address
+    }};
 }
 
-/// `fence.proxy.tensormap::generic.release.gpu`: this thread's earlier generic writes of tensor
-/// maps become visible to the tensor-map proxy of threads that acquire them ([`acquire_map`]).
+/// `prefetch.tensormap [map]`: starts fetching the tensor map at generic address `map` into the
+/// tensor memory accelerator's cache, so that the first copy through it does not wait for it.
 ///
 /// # Safety
-/// sm_90 (the sm_90a image, PTX 8.3).
+/// `map` as [`load_3d`] takes it (sm_90a image).
 #[inline(always)]
-pub unsafe fn release_map_writes() {
+pub unsafe fn prefetch_map(map: u64) {
     #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
-    core::arch::asm!("fence.proxy.tensormap::generic.release.gpu;", options(nostack));
-    #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
-    crate::gpu_only!("tma::release_map_writes")
-}
-
-/// `fence.proxy.tensormap::generic.acquire.gpu [map], 128`: the tensor map at global address `map`,
-/// written and released by another thread (another kernel before this one), is what this thread's
-/// later copies through it read.
-///
-/// # Safety
-/// `map` must point to a 64-byte aligned tensor map in global memory (sm_90a image).
-#[inline(always)]
-pub unsafe fn acquire_map(map: u64) {
-    #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
-    core::arch::asm!("fence.proxy.tensormap::generic.acquire.gpu [{map}], 128;", map = in(reg64) map,
-        options(nostack));
+    core::arch::asm!("prefetch.tensormap [{map}];", map = in(reg64) map, options(nostack));
     #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
     {
         let _ = map;
-        crate::gpu_only!("tma::acquire_map")
+        crate::gpu_only!("tma::prefetch_map")
     }
 }
 
@@ -96,7 +103,8 @@ pub unsafe fn fence_proxy_async_global() {
 /// Coordinates may lie outside the tensor (negative too): those elements are zeros.
 ///
 /// # Safety
-/// `map` as for [`acquire_map`] (acquired by this thread); `dst` a shared address aligned as the
+/// `map` the generic address of a tensor map that stays unchanged while the copy runs (a kernel
+/// parameter, [`param_address!`]); `dst` a shared address aligned as the
 /// map's swizzle needs (1024 bytes for the 128-byte one), with the box's bytes free until the
 /// barrier's phase completes; `bar` an initialized mbarrier whose phase expects these bytes
 /// ([`crate::barrier::arrive_expect_tx`]).
@@ -120,7 +128,7 @@ pub unsafe fn load_3d(dst: u32, map: u64, c0: i32, c1: i32, c2: i32, bar: u32) {
 /// next bulk group ([`bulk_commit_group`]).
 ///
 /// # Safety
-/// `map` as for [`acquire_map`] (acquired by this thread); `src` a shared address aligned as the
+/// `map` as for [`load_3d`]; `src` a shared address aligned as the
 /// map's swizzle needs, holding the box, written before by this or other threads whose writes
 /// were fenced to the async proxy (`fence.proxy.async.shared::cta`) and ordered before this call
 /// (a barrier); the box's bytes stay unchanged until [`bulk_wait_group_read`] says they were read;

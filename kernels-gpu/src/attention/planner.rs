@@ -13,7 +13,7 @@ use crate::warp::{warp_inclusive_sum_u32, warp_shuffle_idx_u32, WARP_SIZE};
 /// Threads of the planning kernel (one block).
 pub const PLAN_THREADS: u32 = 256;
 
-/// Words before the items in the plan: item count, fallback flag, tile-item count, the
+/// Words before the items in the plan: item count, fallback flag, a reserved word, the
 /// warp-specialized kernel's work counter (its dynamic schedule; zeroed with the plan), a mixed
 /// batch's inputs word ([`PLAN_INPUTS_READY_WORD`], words 4 and 5); then, in the next 128-byte
 /// line (apart from those words, which are written while every block polls; the first items share
@@ -24,9 +24,6 @@ pub const PLAN_HEADER_WORDS: u32 = 36;
 /// The header word that is nonzero when `cu_q_lens` decreases somewhere: the plan's items are
 /// then single rows ([`PlanView::item`]).
 pub(crate) const PLAN_FALLBACK_WORD: usize = 1;
-
-/// The header word that counts the tile items (the plan's first items).
-pub(crate) const PLAN_TILES_WORD: usize = 2;
 
 /// The header word the warp-specialized kernel's blocks take their (item, KV head) pairs from.
 pub(crate) const PLAN_WORK_COUNTER_WORD: usize = 3;
@@ -109,7 +106,7 @@ fn is_short(rows: u32, group: u32) -> bool {
 /// the items of a contiguous run of sequences, a block-wide scan places them. Order, the order the
 /// kernels take them in: the tile items in reverse of the sequences' order (the last sequence's
 /// last tile first: a causal sequence's later tiles see more keys), then the short items, then the
-/// zero-fill items; the header holds the item and tile-item counts and the work counter at 0.
+/// zero-fill items; the header holds the item count and the work counter at 0.
 /// With at most one sequence per thread, the tile items are written by every thread, item `k` by
 /// thread `k mod block_threads` (its sequence found by a binary search of the scan): one thread
 /// per sequence took ~14 µs for 1 x 8k's 256 items, on the path of every block's first tile
@@ -291,7 +288,6 @@ pub(crate) unsafe fn plan_items(
     if tid == 0 {
         *plan = (tiles + shorts + zero_items).min(capacity);
         *plan.add(PLAN_FALLBACK_WORD) = 0;
-        *plan.add(PLAN_TILES_WORD) = tiles.min(capacity);
         *plan.add(PLAN_WORK_COUNTER_WORD) = 0;
     }
 }

@@ -45,7 +45,7 @@ use crate::kernels::decode::general::RpaPointers;
 use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
 use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
 use crate::kernels::prefill::hopper::scheduler::TileGrid;
-use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, ws_threads};
+use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, ws_threads, WsMaps};
 
 /// Consumer warpgroups of a mix's tile blocks: two at both head dims (the one-launch grid's blocks
 /// all have [`MIX_THREADS`], which its decode blocks fill with [`MIX_GROUPS`] groups).
@@ -102,7 +102,7 @@ unsafe fn rpa_mix<
     tile_params: RpaParams,
     decode_params: RpaParams,
     decode_blocks: u32,
-    maps: [&TensorMapImage; 3],
+    maps: WsMaps,
 ) {
     // Programmatic dependent launch: both roles read the inputs, so every block waits for the
     // kernel before (the tile body's and the decode body's own calls then return at once).
@@ -166,12 +166,19 @@ macro_rules! rpa_mix_kernels {
             tile_params: RpaParams, decode_params: RpaParams, decode_blocks: u32, map: TensorMapImage,
             q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
+            // The maps are read where they lie, by their parameters' addresses (below).
+            let _ = (map, q_map, o_map);
             rpa_mix::<$q, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }>(
                 TiledPointers { q, kv, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 tile_params,
                 decode_params,
                 decode_blocks,
-                [&map, &q_map, &o_map],
+                // Parameters 11, 12 and 13 (`tests/ptx.rs` checks them).
+                WsMaps {
+                    kv: crate::param_address!(concat!(stringify!($name), "_param_11")),
+                    q: crate::param_address!(concat!(stringify!($name), "_param_12")),
+                    out: crate::param_address!(concat!(stringify!($name), "_param_13")),
+                },
             )
         }
     )*};

@@ -48,7 +48,8 @@ pub(super) unsafe fn launch_tiled(
     // decode kernel's inputs word.
     let launch_tag = if t.launches.tagged() { next_launch_tag() } else { 0 };
     let params = tile_params(spec, &t, &settings, launch_tag);
-    // The warp-specialized kernel's K/V, Q and output maps: for its plan kernel, or for itself.
+    // The warp-specialized kernel's K/V, Q and output maps, its last parameters (its copies read
+    // them there).
     let maps = if t.warp_specialized {
         // The output has Q's shape: its map is for the epilogue's bulk stores.
         Some([
@@ -62,10 +63,6 @@ pub(super) unsafe fn launch_tiled(
     if t.launches.plan_kernel_first() {
         let mut args = KernelArgs::new();
         args.push(bufs.cu_q_lens).push(bufs.num_seqs).push(plan).push(params);
-        for map in maps.iter().flatten() {
-            // `rpa_plan_ws` stores them after the plan, in `WsMap`'s order.
-            args.push(*map);
-        }
         let cfg = LaunchConfig { grid: (1, 1, 1), block: (PLAN_THREADS, 1, 1), shared_bytes: PLAN_SHARED_BYTES };
         // SAFETY: the plan's kernel 0 is the plan kernel, allowed PLAN_SHARED_BYTES.
         module.launch_function(stream, resolved.function(0), cfg, 1, &mut args.pointers(), settings.programmatic)?;
@@ -95,7 +92,6 @@ pub(super) unsafe fn launch_tiled(
         (None, _) => {}
     }
     for map in maps.iter().flatten() {
-        // Where it plans itself, its first block stores them after the plan.
         args.push(*map);
     }
     let cfg = LaunchConfig { grid: (grid_x, grid.1, 1), block: (t.threads, 1, 1), shared_bytes: t.shared_bytes };

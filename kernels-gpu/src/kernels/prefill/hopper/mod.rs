@@ -4,12 +4,13 @@
 //! The work items are the tiled kernel's ([`crate::kernels::prefill::tiled::plan_items`], with
 //! [`ws_tile_rows`] query rows per tile item: 128 M rows). At head dims 64 and 128 a call is one
 //! launch where the blocks are persistent ([`ws_plans_itself`]): block 0 builds the plan in the
-//! workspace and stores the call's K/V, Q and output tensor maps ([`crate::tma`]) after it
-//! ([`ws_tensor_map_address`]) while the others wait for it ([`plan_or_wait`]); a call whose
+//! workspace while the others wait for it ([`plan_or_wait`]); a call whose
 //! decode sequences run apart is two launches, the pipelined decode kernel first, this kernel's
 //! block 0 planning once the decode kernel's first block says the inputs are written. Otherwise
-//! (head_dim 256, one block per pair) [`rpa_plan_ws`] plans and stores the maps first; with decode
-//! sequences apart at head dims 64 and 128 it publishes them under the call's tag. With decode
+//! (head_dim 256, one block per pair) [`rpa_plan_ws`] plans first; with decode
+//! sequences apart at head dims 64 and 128 it publishes the plan under the call's tag. The call's
+//! K/V, Q and output tensor maps ([`crate::tma`]) are the kernel's parameters, read where they
+//! lie ([`WsMaps`]). With decode
 //! sequences apart (and `XGK_RPA_DECODE_APART=2`, the default) this kernel's blocks wait for the
 //! published plan rather than for the decode kernel, which they run beside.
 //! A block of [`ws_threads`] threads is a producer warpgroup and two consumer warpgroups (three at
@@ -89,7 +90,7 @@ use consumer::consume_item;
 use converter::convert_item;
 use layout::{data_bytes, tail_bytes, SharedLayout, STAGING_STAGES};
 use producer::{load_q_item, load_q_item_tma, produce_item, produce_item_fp8};
-use scheduler::{count_block_done, for_each_pair, plan_or_wait, publish_plan, store_maps, TileBlocks, WholeGrid};
+use scheduler::{count_block_done, for_each_pair, plan_or_wait, publish_plan, TileBlocks, WholeGrid};
 
 /// Consumer warpgroups of a block at a head dim, with fp8 KV or not ([`rpa_tile_ws_kernels`]'s
 /// kernels): three at head_dim 64 with 16-bit KV, as FlashAttention 3 runs it (a tile's products
@@ -237,28 +238,20 @@ pub const fn ws_plans_itself(head_dim: u32) -> bool {
     head_dim <= 128
 }
 
-/// The tensor maps stored after the plan ([`plan_or_wait`], [`rpa_plan_ws`]), in this order.
+/// The generic addresses of a call's tensor maps, which are the kernel's parameters
+/// ([`crate::param_address!`]): the KV pool's (the producer's K and V copies), the queries'
+/// (where [`ws_q_by_tma`]) and the output's, Q's layout at `out` (the epilogue's bulk stores,
+/// where [`ws_q_by_tma`]; else the host's map is unused).
 #[derive(Clone, Copy)]
-pub enum WsMap {
-    /// The KV pool's (the producer's K and V copies).
-    KeysValues = 0,
-    /// The queries' (where [`ws_q_by_tma`]).
-    Queries = 1,
-    /// The output's, Q's layout at `out` (the epilogue's bulk stores, where [`ws_q_by_tma`]).
-    Output = 2,
+pub(crate) struct WsMaps {
+    pub kv: u64,
+    pub q: u64,
+    pub out: u64,
 }
 
-/// Global address of tensor map `map` in the scratch buffer at `plan`: the maps follow the plan
-/// from its next 128-byte boundary (a tensor map must be 64-byte aligned; the scratch is only
-/// 16-byte aligned), in [`WsMap`]'s order.
-pub const fn ws_tensor_map_address(plan: u64, plan_capacity: u64, map: WsMap) -> u64 {
-    (plan + plan_bytes(plan_capacity)).next_multiple_of(tma::MAP_BYTES as u64) + map as u64 * tma::MAP_BYTES as u64
-}
-
-/// Bytes of scratch the kernel needs: the plan, up to 112 bytes of alignment, the K/V, the Q and
-/// the output tensor maps.
+/// Bytes of scratch the kernel needs: the plan.
 pub const fn ws_scratch_bytes(plan_capacity: u64) -> u64 {
-    plan_bytes(plan_capacity) + 4 * tma::MAP_BYTES as u64
+    plan_bytes(plan_capacity)
 }
 
 /// Whether the producer loads Q through the call's Q tensor map (one bulk copy per consumer and
@@ -302,7 +295,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
 >(
     ptr: TiledPointers<Q>,
     p: RpaParams,
-    maps: [&TensorMapImage; 3],
+    maps: WsMaps,
     grid: G,
 ) {
     const {
@@ -333,6 +326,11 @@ pub(crate) unsafe fn rpa_tiled_ws<
     let smem =
         SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32, fp8, consumers: C };
     let tid = thread_idx_x();
+    if tid == WARP_SIZE {
+        // The K/V copies' map, fetched while the block plans (the copier of V, warp 1's lane 0,
+        // is idle until then).
+        tma::prefetch_map(maps.kv);
+    }
     if tid == 0 {
         // With fp8 KV the converters fill the K and V stages (each of them arrives), and the
         // bulk copies the staging stages, which the converters empty.
@@ -349,7 +347,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
     }
     if tagged_plan {
         // (Its block barriers order the mbarriers' initialization before their use too.)
-        plan_or_wait(&ptr, &p, maps, grid, ws_threads(C));
+        plan_or_wait(&ptr, &p, grid, ws_threads(C));
     } else {
         // The inputs and the plan (and with decode rows apart, the decode kernel's end) after
         // the wait.
@@ -370,11 +368,13 @@ pub(crate) unsafe fn rpa_tiled_ws<
         } else {
             warpgroup::release_registers::<PRODUCER_REGISTERS>();
         }
+        if trace::ENABLED && tid == 0 {
+            trace::mark(ptr.plan, p.plan_capacity, trace::Point::RolesSplit);
+        }
         if fp8 {
-            produce_fp8::<Q, KV, D, PW, G>(&ptr, &p, smem, grid, q_by_tma, &mut tiles, &mut items);
+            produce_fp8::<Q, KV, D, PW, G>(&ptr, &p, smem, grid, maps, q_by_tma, &mut tiles, &mut items);
         } else if tid < 2 * WARP_SIZE {
-            let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::KeysValues);
-            tma::acquire_map(map);
+            let map = maps.kv;
             if tid < WARP_SIZE {
                 for_each_pair(
                     &ptr,
@@ -404,9 +404,9 @@ pub(crate) unsafe fn rpa_tiled_ws<
             }
         } else if q_by_tma {
             let issuer = tid == 2 * WARP_SIZE;
-            let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Queries);
+            let q_map = maps.q;
             if issuer {
-                tma::acquire_map(q_map);
+                tma::prefetch_map(q_map);
             }
             for_each_pair(
                 &ptr,
@@ -450,14 +450,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
         let consumer = role - 1;
         // The output's tensor map, for the epilogue's bulk stores of whole consumer tiles
         // (`store_rows_tma`); 0 where Q is not loaded by the map (another layout).
-        let o_map =
-            if q_by_tma { ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Output) } else { 0 };
+        let o_map = if q_by_tma { maps.out } else { 0 };
         let issuer = tid.is_multiple_of(WARPGROUP); // the consumer's thread 0
-        if o_map != 0 && issuer {
-            tma::acquire_map(o_map);
-        }
-        // Ping-pong turns (see `consume_item`): consumer 0 goes first, the last consumer's
-        // arrival on its barrier opening the first turn.
+                                                    // Ping-pong turns (see `consume_item`): consumer 0 goes first, the last consumer's
+                                                    // arrival on its barrier opening the first turn.
         let pingpong = p.consumer_schedule != 0;
         if pingpong && consumer == C - 1 {
             barrier::arrive_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP);
@@ -511,6 +507,7 @@ unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usi
     p: &RpaParams,
     smem: SharedLayout,
     grid: G,
+    maps: WsMaps,
     q_by_tma: bool,
     tiles: &mut u32,
     items: &mut u32,
@@ -518,8 +515,7 @@ unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usi
     let tid = thread_idx_x();
     let warp = tid / WARP_SIZE;
     if warp == 0 {
-        let map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::KeysValues);
-        tma::acquire_map(map);
+        let map = maps.kv;
         for_each_pair(
             ptr,
             p,
@@ -534,9 +530,9 @@ unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usi
         );
     } else if warp == 1 {
         let lane = tid % WARP_SIZE;
-        let q_map = ws_tensor_map_address(ptr.plan as u64, p.plan_capacity as u64, WsMap::Queries);
+        let q_map = maps.q;
         if q_by_tma && lane == 0 {
-            tma::acquire_map(q_map);
+            tma::prefetch_map(q_map);
         }
         for_each_pair(
             ptr,
@@ -573,34 +569,20 @@ unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usi
 }
 
 /// The plan of the warp-specialized kernel ([`plan_items`] with [`ws_tile_rows`] rows per tile
-/// item), and its K/V, Q and output tensor maps stored after the plan ([`ws_tensor_map_address`]):
-/// launched before it where the kernel does not plan itself (see [`ws_plans_itself`]). A nonzero
-/// `params.launch_tag` (decode rows apart, one block per pair) publishes the plan under it
+/// item): launched before it where the kernel does not plan itself (see [`ws_plans_itself`]). A
+/// nonzero `params.launch_tag` (decode rows apart, one block per pair) publishes the plan under it
 /// ([`plan_or_wait`]).
 ///
 /// # Safety
 /// As `rpa_plan`; `plan` holds [`ws_scratch_bytes`]`(params.plan_capacity)` bytes (16-byte
-/// aligned); `map` describes the call's KV pool (`tiled_ws_supports` on the host), `q_map` its
-/// queries and `o_map` its output (dims x query heads x `max_tokens`, boxes [`ws_q_box`]) where
-/// [`ws_q_by_tma`], else unused.
+/// aligned).
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 #[kernel]
-pub unsafe fn rpa_plan_ws(
-    cu_q_lens: *const i32,
-    num_seqs: *const i32,
-    plan: *mut u32,
-    params: RpaParams,
-    map: TensorMapImage,
-    q_map: TensorMapImage,
-    o_map: TensorMapImage,
-) {
+pub unsafe fn rpa_plan_ws(cu_q_lens: *const i32, num_seqs: *const i32, plan: *mut u32, params: RpaParams) {
     // Programmatic dependent launch (sm_90 image): the tile kernel launches while this one runs
     // and waits for the plan before reading it.
     crate::grid_dependency::launch_dependents();
     crate::grid_dependency::wait_for_prerequisites();
-    if thread_idx_x() == 0 {
-        store_maps(plan, params.plan_capacity, [&map, &q_map, &o_map]);
-    }
     plan_items(cu_q_lens, num_seqs, plan, params, PLAN_THREADS);
     if params.launch_tag != 0 {
         // With decode rows apart, the tile kernel waits for the plan by its state word, not for
@@ -641,8 +623,8 @@ macro_rules! rpa_tile_ws_kernels {
         /// decode kernel launched with the same tag), with the grid at most one block per
         /// multiprocessor, `map` describing `kv` (`tiled_ws_supports` on the host),
         /// `q_map` the queries and `o_map` the output (dims x query heads x `max_tokens`, boxes
-        /// [`ws_q_box`]) where [`ws_q_by_tma`]. Metadata values may be anything: they never
-        /// lead outside the buffers.
+        /// [`ws_q_box`]) where [`ws_q_by_tma`] (the copies read them in the parameter space).
+        /// Metadata values may be anything: they never lead outside the buffers.
         #[kernel(max_threads = $threads)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name(
@@ -650,13 +632,20 @@ macro_rules! rpa_tile_ws_kernels {
             cu_q_lens: *const i32, num_seqs: *const i32, plan: *const u32, out: *mut $q,
             params: RpaParams, map: TensorMapImage, q_map: TensorMapImage, o_map: TensorMapImage,
         ) {
+            // The maps are read where they lie, by their parameters' addresses (below).
+            let _ = (map, q_map, o_map);
             rpa_tiled_ws::<
                 $q, $kv, $d, { $d / 16 }, { $d / 8 }, { $keys / 8 }, { $keys / 16 }, { $keys / 32 }, $consumers, WholeGrid
             >(
                 // The kernel reads K/V through the tensor map alone.
                 TiledPointers { q, kv: kv as *const $q, kv_lens, page_indices, cu_q_lens, num_seqs, plan, out },
                 params,
-                [&map, &q_map, &o_map],
+                // Parameters 9, 10 and 11 (`tests/ptx.rs` checks them).
+                WsMaps {
+                    kv: crate::param_address!(concat!(stringify!($name), "_param_9")),
+                    q: crate::param_address!(concat!(stringify!($name), "_param_10")),
+                    out: crate::param_address!(concat!(stringify!($name), "_param_11")),
+                },
                 WholeGrid,
             )
         }

@@ -6,7 +6,7 @@
 
 use super::layout::SharedLayout;
 use super::trace::{self, Point};
-use super::{ws_tensor_map_address, WsMap, WARPGROUP};
+use super::WARPGROUP;
 use crate::attention::planner::{
     inputs_ready_word, plan_items, PlanView, TiledPointers, PLAN_BLOCKS_DONE_WORD, PLAN_FALLBACK_WORD,
     PLAN_INPUTS_READY_WORD, PLAN_STATE_WORD, PLAN_WORK_COUNTER_WORD,
@@ -14,27 +14,10 @@ use crate::attention::planner::{
 use crate::attention::{launch_tagged_word, RpaParams};
 use crate::gpu_scope;
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
-use crate::tma::{self, TensorMapImage};
-use crate::warp::WARP_SIZE;
+use crate::tma;
 use crate::wgmma;
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::{AtomicU32, Ordering};
-
-/// Stores the call's K/V, Q and output tensor maps (`maps`, in [`WsMap`]'s order) after the plan
-/// at `plan` ([`ws_tensor_map_address`]), released to the tensor-map proxy by one fence: for the
-/// planning kernel, or for block 0 of a kernel that plans itself.
-///
-/// # Safety
-/// One thread calls it; `plan` holds [`ws_scratch_bytes`]`(plan_capacity)` bytes, 16-byte
-/// aligned, whose maps nothing reads meanwhile.
-#[inline(always)]
-pub(super) unsafe fn store_maps(plan: *mut u32, plan_capacity: u32, maps: [&TensorMapImage; 3]) {
-    let at = |m| ws_tensor_map_address(plan as u64, plan_capacity as u64, m) as *mut u64;
-    tma::write_map(at(WsMap::KeysValues), maps[0]);
-    tma::write_map(at(WsMap::Queries), maps[1]);
-    tma::write_map(at(WsMap::Output), maps[2]);
-    tma::release_map_writes();
-}
 
 /// The plan state word's value once the plan is published under `tag` ([`plan_or_wait`]): ready
 /// (1) under the tag ([`launch_tagged_word`]); any other value (the workspace's earlier contents,
@@ -45,13 +28,13 @@ pub(super) const fn plan_ready_word(tag: u32) -> u64 {
 }
 
 /// Publishes the plan at `plan` under a launch's tag ([`plan_ready_word`]): zeroes the
-/// count of blocks done, then, after a GPU-scope fence (the plan's and the maps' writes before it),
+/// count of blocks done, then, after a GPU-scope fence (the plan's writes before it),
 /// stores the plan's state word (word 32: a 128-byte line apart from the header's first words,
 /// shared with the count of blocks done and the first items, which the planning kernel writes
 /// while the tile kernel's blocks may poll: a cost in speed only).
 ///
 /// # Safety
-/// One thread calls it, after every write of the plan and its maps is ordered before it (a block
+/// One thread calls it, after every write of the plan is ordered before it (a block
 /// barrier); `plan` holds the plan header.
 #[inline(always)]
 pub(super) unsafe fn publish_plan(plan: *mut u32, tag: u32) {
@@ -105,7 +88,7 @@ impl TileBlocks for TileGrid {
     }
 }
 
-/// Makes the call's plan and tensor maps ready for this block where they are published under a
+/// Makes the call's plan ready for this block where it is published under a
 /// tag (a nonzero `RpaParams::launch_tag`): where the kernel plans itself ([`ws_plans_itself`],
 /// persistent blocks; `RpaParams::decode_apart` 0, 2 or 3), tile block 0 builds them and every
 /// other tile block waits until they are published; with a mixed batch's decode rows apart and
@@ -118,10 +101,9 @@ impl TileBlocks for TileGrid {
 /// ~2.5 µs of the host's time, benchmarks/NOTES.md "v24"); with decode rows apart, a grid that
 /// need not wait for the decode kernel between (see [`rpa_tiled_ws`]).
 ///
-/// Block 0's last warp stores the three tensor maps (released to the tensor-map proxy) while its
-/// other threads build the plan ([`plan_items`], with the block's dynamic shared memory, not yet in
-/// use, for the scan), then thread 0 publishes both ([`publish_plan`]: the workspace may hold anything
-/// before); every waiting block's thread 0 polls the state word with acquire loads until it reads
+/// Block 0's threads build the plan ([`plan_items`], with the block's dynamic shared memory, not
+/// yet in use, for the scan), then thread 0 publishes it ([`publish_plan`]: the workspace may hold
+/// anything before); every waiting block's thread 0 polls the state word with acquire loads until it reads
 /// the launch's. A block barrier ends it. The waiters need the builder running: where block 0
 /// builds, the grid is at most one block per multiprocessor, and a programmatic dependent grid
 /// starts only once every block has; the host plans apart for a grid of one block per pair (more
@@ -147,18 +129,17 @@ impl TileBlocks for TileGrid {
 ///
 /// # Safety
 /// Every thread of the block calls it once, before anything else uses the block's shared memory
-/// or reads the plan or the maps; `p.launch_tag` nonzero; where `p.decode_apart` is 0 or 2 every
+/// or reads the plan; `p.launch_tag` nonzero; where `p.decode_apart` is 0 or 2 every
 /// block of the grid resident together once running (with 2 after the decode kernel launched
 /// with the same tag and `decode_apart`), with 3 the tile blocks at most one per multiprocessor
 /// after blocks that never wait (`kernels::mix`), with 1 [`rpa_plan_ws`] launched before with the same
 /// `p`; `ptr.plan` holds [`ws_scratch_bytes`]`(p.plan_capacity)` bytes, 16-byte aligned, that
-/// only this grid (and where it publishes, the planning kernel) touches while it runs; `maps` are
-/// the call's K/V, Q and output maps ([`WsMap`]'s order); `block_threads` the block's threads.
+/// only this grid (and where it publishes, the planning kernel) touches while it runs;
+/// `block_threads` the block's threads.
 #[inline(always)]
 pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
-    maps: [&TensorMapImage; 3],
     grid: G,
     block_threads: u32,
 ) {
@@ -190,20 +171,9 @@ pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
             // The metadata's loads after thread 0's acquire.
             sync_threads();
         }
-        // The block's last warp stores the maps while the others build the plan: the maps'
-        // stores and their release fence took ~1.2 µs of the plan's path (benchmarks/NOTES.md
-        // "v39").
-        let planners = block_threads - WARP_SIZE;
-        if thread_idx_x() == planners {
-            store_maps(plan, p.plan_capacity, maps);
-            if trace::ENABLED {
-                trace::mark(ptr.plan, p.plan_capacity, Point::MapsStored);
-            }
-        } else if thread_idx_x() < planners {
-            plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, planners);
-            if trace::ENABLED && thread_idx_x() == 0 {
-                trace::mark(ptr.plan, p.plan_capacity, Point::PlanItemsDone);
-            }
+        plan_items(ptr.cu_q_lens, ptr.num_seqs, plan, *p, block_threads);
+        if trace::ENABLED && thread_idx_x() == 0 {
+            trace::mark(ptr.plan, p.plan_capacity, Point::PlanItemsDone);
         }
         // The scan's generic writes before the copies (async proxy) into the same shared memory.
         wgmma::fence_proxy_async_shared();
@@ -220,9 +190,13 @@ pub(super) unsafe fn plan_or_wait<Q, G: TileBlocks>(
         trace::mark(ptr.plan, p.plan_capacity, Point::PlanReady);
     }
     sync_threads();
-    // Q's and K/V's bulk copies (the async proxy) after the acquire above, which no grid
-    // dependency wait backs with decode rows apart.
-    tma::fence_proxy_async_global();
+    if p.decode_apart != 0 {
+        // Q's and K/V's bulk copies (the async proxy) after the acquire above, which no grid
+        // dependency wait backs with decode rows apart. (With none apart, every block has
+        // waited for the grids that write the inputs, which orders them before any proxy's
+        // reads in this grid.)
+        tma::fence_proxy_async_global();
+    }
     if !G::MIX && p.decode_apart != 0 && *plan.add(PLAN_FALLBACK_WORD) != 0 {
         // A decreasing `cu_q_lens`: the plan's rows are every row, the decode kernel's too, which
         // wrote them as it found them; write them after it. (In one launch the decode blocks
@@ -298,6 +272,9 @@ pub(super) unsafe fn for_each_pair<Q, G: TileBlocks>(
             ring.wait(stage);
             let w = *smem.sched(stage.index);
             ring.release(stage);
+            if trace::ENABLED && n == 0 && thread_idx_x() == 0 {
+                trace::mark(ptr.plan, p.plan_capacity, Point::PairTaken);
+            }
             w
         } else {
             n * blocks + if n.is_multiple_of(2) { block } else { blocks - 1 - block }

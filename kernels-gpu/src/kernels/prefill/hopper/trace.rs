@@ -41,10 +41,13 @@ pub(crate) enum Point {
     FirstItemDone = 11,
     /// Consumer 0's thread 0 has finished its last item.
     ConsumerDone = 12,
-    /// Block 0's thread 0 has stored the tensor maps (released to the tensor-map proxy).
-    MapsStored = 13,
-    /// Block 0's thread 0 is done with its part of the plan's items (before the block barrier).
+    /// The K copier's lane 0 has released its registers (the roles split).
+    RolesSplit = 13,
+    /// Thread 0 is done with its part of the plan's items or its scan (before the block
+    /// barrier).
     PlanItemsDone = 14,
+    /// Thread 0 (the K copier's lane 0) has its first pair from the schedule ring.
+    PairTaken = 15,
 }
 
 /// Whether this build records the trace: where false (every build but a trace build), callers'
