@@ -451,9 +451,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
         // The output's tensor map, for the epilogue's bulk stores of whole consumer tiles
         // (`store_rows_tma`); 0 where Q is not loaded by the map (another layout).
         let o_map = if q_by_tma { maps.out } else { 0 };
-        let issuer = tid.is_multiple_of(WARPGROUP); // the consumer's thread 0
-                                                    // Ping-pong turns (see `consume_item`): consumer 0 goes first, the last consumer's
-                                                    // arrival on its barrier opening the first turn.
+        // The consumer's thread 0.
+        let issuer = tid.is_multiple_of(WARPGROUP);
+        // Ping-pong turns (see `consume_item`): consumer 0 goes first, the last consumer's
+        // arrival on its barrier opening the first turn.
         let pingpong = p.consumer_schedule != 0;
         if pingpong && consumer == C - 1 {
             barrier::arrive_named::<{ ids::WS_PINGPONG.start }>(2 * WARPGROUP);
