@@ -40,7 +40,7 @@ fn ptx_exports_every_kernel() {
 }
 
 /// The warp-specialized and mix kernels read their tensor maps where they lie, in the parameter
-/// space (`kernels_gpu::param_address!`): each entry takes the address of its K/V map's parameter
+/// space (`kernels_gpu::tma::param_address!`): each entry takes the address of its K/V map's parameter
 /// (and no other), each so named is a 128-byte parameter declared `.align 64` (build.rs), and no
 /// kernel writes or fences a tensor map in global memory.
 #[test]

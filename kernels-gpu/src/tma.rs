@@ -23,7 +23,7 @@
 //! by one block needed a release fence there and an acquire in every copier, on the path to
 //! every block's first tiles (benchmarks/NOTES.md "v40").
 
-/// Bytes of a tensor map (`CUtensorMap`), which must be 64-byte aligned in global memory.
+/// Bytes of a tensor map (`CUtensorMap`), which must be 64-byte aligned where the copies read it.
 pub const MAP_BYTES: usize = 128;
 
 /// A tensor map as the host encoded it, passed by value as a kernel parameter. A map must be
@@ -46,7 +46,6 @@ pub struct TensorMapImage {
 ///
 /// # Safety
 /// Only in the body of the entry whose parameter it names (sm_90a image).
-#[macro_export]
 macro_rules! param_address {
     ($symbol:expr) => {{
         #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
@@ -64,6 +63,7 @@ macro_rules! param_address {
         address
     }};
 }
+pub(crate) use param_address;
 
 /// `prefetch.tensormap [map]`: starts fetching the tensor map at generic address `map` into the
 /// tensor memory accelerator's cache, so that the first copy through it does not wait for it.

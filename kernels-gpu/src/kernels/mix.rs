@@ -175,9 +175,9 @@ macro_rules! rpa_mix_kernels {
                 decode_blocks,
                 // Parameters 11, 12 and 13 (`tests/ptx.rs` checks them).
                 WsMaps {
-                    kv: crate::param_address!(concat!(stringify!($name), "_param_11")),
-                    q: crate::param_address!(concat!(stringify!($name), "_param_12")),
-                    out: crate::param_address!(concat!(stringify!($name), "_param_13")),
+                    kv: crate::tma::param_address!(concat!(stringify!($name), "_param_11")),
+                    q: crate::tma::param_address!(concat!(stringify!($name), "_param_12")),
+                    out: crate::tma::param_address!(concat!(stringify!($name), "_param_13")),
                 },
             )
         }

@@ -239,7 +239,7 @@ pub const fn ws_plans_itself(head_dim: u32) -> bool {
 }
 
 /// The generic addresses of a call's tensor maps, which are the kernel's parameters
-/// ([`crate::param_address!`]): the KV pool's (the producer's K and V copies), the queries'
+/// ([`crate::tma::param_address!`]): the KV pool's (the producer's K and V copies), the queries'
 /// (where [`ws_q_by_tma`]) and the output's, Q's layout at `out` (the epilogue's bulk stores,
 /// where [`ws_q_by_tma`]; else the host's map is unused).
 #[derive(Clone, Copy)]
@@ -643,9 +643,9 @@ macro_rules! rpa_tile_ws_kernels {
                 params,
                 // Parameters 9, 10 and 11 (`tests/ptx.rs` checks them).
                 WsMaps {
-                    kv: crate::param_address!(concat!(stringify!($name), "_param_9")),
-                    q: crate::param_address!(concat!(stringify!($name), "_param_10")),
-                    out: crate::param_address!(concat!(stringify!($name), "_param_11")),
+                    kv: crate::tma::param_address!(concat!(stringify!($name), "_param_9")),
+                    q: crate::tma::param_address!(concat!(stringify!($name), "_param_10")),
+                    out: crate::tma::param_address!(concat!(stringify!($name), "_param_11")),
                 },
                 WholeGrid,
             )
