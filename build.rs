@@ -470,8 +470,8 @@ fn build_image(image: &Image, kernels_dir: &Path, out_dir: &Path, llvm_bin: &Pat
 }
 
 /// Declares `.align 64` each kernel parameter whose address the kernels take in inline PTX
-/// (`kernels_gpu::tma::param_address!`: `mov.u64 %rd, <entry>_param_<n>;`, where LLVM's own code reads
-/// parameters with `ld.param`): the tensor maps, which the tensor memory accelerator reads in
+/// (`kernels_gpu::tma::param_address!`: `mov.u64 %rd, <entry>_param_<n>;`, where LLVM's own code
+/// reads parameters with `ld.param`): the tensor maps, which the tensor memory accelerator reads in
 /// the parameter space, 64-byte aligned as CUDA's `CUtensorMap` (rustc declares no parameter
 /// aligned past 16). Fails where the named parameter is not a 128-byte one (a tensor map): a
 /// wrong index in the kernels' source stops the build.

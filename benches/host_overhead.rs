@@ -361,10 +361,11 @@ fn plan_kernel_launches(
     spec: &PagedAttention,
 ) {
     use kernels_gpu::attention::planner::{plan_bytes, plan_capacity, PLAN_SHARED_BYTES, PLAN_THREADS};
-    use kernels_gpu::kernels::prefill::hopper::{ws_consumers, ws_scratch_bytes, ws_tile_rows};
+    use kernels_gpu::kernels::prefill::hopper::{ws_consumers, ws_tile_rows};
     let rows = ws_tile_rows(spec.group().max(1), ws_consumers(spec.head_dim, false));
     let capacity = plan_capacity(spec.max_tokens as u64, spec.max_num_seqs as u64, rows as u64);
-    let bytes = ws_scratch_bytes(capacity).max(plan_bytes(capacity)) as usize;
+    // Both plan kernels' scratch is the plan alone (`ws_scratch_bytes` is `plan_bytes`).
+    let bytes = plan_bytes(capacity) as usize;
     let plan: CudaSlice<u8> = stream.alloc_zeros(bytes).unwrap();
     let cu: CudaSlice<i32> = stream.alloc_zeros(spec.max_num_seqs as usize + 1).unwrap();
     let num_seqs: CudaSlice<i32> = stream.alloc_zeros(1).unwrap();

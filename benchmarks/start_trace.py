@@ -1,9 +1,9 @@
 """Where a prefill call's start goes: the warp-specialized kernel's start trace, per step.
 
 Needs a library built with `XGK_TRACE=1` (`kernels-gpu::kernels::prefill::hopper::trace`): each
-block marks its steps (entry, grid dependency wait, its scan or block 0's plan items done,
-plan written / ready, roles split, pair taken from the schedule ring, first pair, the item's rows, first K and Q copies issued, consumer 0's
-first Q, first K, first S, first item done, last item done) as pairs of `%globaltimer` (ns,
+block marks its steps (entry, grid dependency wait, block 0's plan items done, plan written /
+ready, roles split, first pair taken from the schedule ring, first pair, the item's rows, first K
+and Q copies issued, consumer 0's first Q, first K, first S, first item done, last item done) as pairs of `%globaltimer` (ns,
 across blocks) and `%clock64` (cycles, within a block) after the call's workspace. This script
 runs our torch op on the prefill and short suites' cases (G1 unless `--geometry`), gives each
 call a workspace with room for the trace, and prints, per case and step, the time from the

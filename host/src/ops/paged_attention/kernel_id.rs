@@ -39,7 +39,7 @@ pub enum KernelFamily {
     MergeGroups,
     /// The tile kernels' plan kernel, `rpa_plan`.
     Plan,
-    /// The warp-specialized tile kernel's plan kernel (it also stores the tensor maps), `rpa_plan_ws`.
+    /// The warp-specialized tile kernel's plan kernel, `rpa_plan_ws`.
     PlanWarpSpecialized,
 }
 

@@ -127,8 +127,8 @@ pub(super) struct TiledPlan {
     pub threads: u32,
     /// Dynamic shared memory of the tile kernel (the wgmma variants align their stages).
     pub shared_bytes: u32,
-    /// The warp-specialized kernel: after `rpa_plan_ws`, which also stores the tensor maps after
-    /// the plan (`ws_scratch_bytes`), or alone where it plans itself.
+    /// The warp-specialized kernel: after `rpa_plan_ws`, or alone where it plans itself (its
+    /// scratch: `ws_scratch_bytes`; its tensor maps are its own parameters).
     pub warp_specialized: bool,
     /// The pipelined kernel over the batch's decode sequences, which the plan then leaves out
     /// (`RpaParams::decode_apart`): its splits merge in clusters or not at all (no scratch).

@@ -43,8 +43,7 @@ pub(crate) enum Point {
     ConsumerDone = 12,
     /// The K copier's lane 0 has released its registers (the roles split).
     RolesSplit = 13,
-    /// Thread 0 is done with its part of the plan's items or its scan (before the block
-    /// barrier).
+    /// Block 0's thread 0 is done with its part of the plan's items (before the block barrier).
     PlanItemsDone = 14,
     /// Thread 0 (the K copier's lane 0) has its first pair from the schedule ring.
     PairTaken = 15,
