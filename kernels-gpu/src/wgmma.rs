@@ -64,6 +64,18 @@ pub const fn advance(desc: u64, bytes: u32) -> u64 {
     (desc & !0xffff_ffff) | ((desc as u32).wrapping_add(bytes >> 4)) as u64
 }
 
+/// `desc` broadcast from lane 0: ptxas then knows its value is the same in every lane (a
+/// shuffle from a constant lane) and keeps what is derived from it (the per-k-step [`advance`]s)
+/// in uniform registers, where a `wgmma` reads its descriptors, instead of computing each in
+/// vector registers and moving both halves across (`R2UR`) before every instruction.
+///
+/// Every lane of the warp must execute the same call, with the same `desc`.
+#[inline(always)]
+pub fn warp_uniform(desc: u64) -> u64 {
+    // The high half (the offsets and the swizzle) is the same constant in every kernel.
+    (desc & !0xffff_ffff) | crate::warp::warp_shuffle_idx_u32(desc as u32, 0) as u64
+}
+
 /// Byte offset of 16-byte chunk `chunk` (0..8) of row `row` in a tile of 128-byte rows stored with
 /// the 128-byte swizzle (the tile's base 1024-byte aligned).
 pub const fn swizzled_128b_offset(row: u32, chunk: u32) -> u32 {

@@ -621,7 +621,8 @@ pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize, const KS
 ) {
     // 16 keys per k-step are 16 rows of 128 bytes; the 64-dim column blocks are the tile's
     // 16 KS rows apart.
-    let v_desc = wgmma::descriptor(v_tile, KS as u32 * 16 * 128, 8 * 128, wgmma::Swizzle::Bytes128);
+    let v_desc =
+        wgmma::warp_uniform(wgmma::descriptor(v_tile, KS as u32 * 16 * 128, 8 * 128, wgmma::Swizzle::Bytes128));
     let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
     macro_rules! pv {
         ($regs:literal, $mma:ident) => {{

@@ -237,8 +237,8 @@ pub(super) unsafe fn consume_item<
         keep_s(s);
         wgmma::fence();
         // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
-        let k_desc = wgmma::descriptor(smem.k(t.index), 16, 8 * 128, wgmma::Swizzle::Bytes128);
-        let q_desc = wgmma::recompute_here(q_desc);
+        let k_desc = wgmma::warp_uniform(wgmma::descriptor(smem.k(t.index), 16, 8 * 128, wgmma::Swizzle::Bytes128));
+        let q_desc = wgmma::warp_uniform(wgmma::recompute_here(q_desc));
         unroll::<KSTEPS>(|k| {
             let step = (k as u32 % 4) * 32;
             let kd = wgmma::advance(k_desc, (k as u32 / 4) * keys * 128 + step);
