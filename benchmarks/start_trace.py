@@ -16,7 +16,12 @@ launch a call's blocks start under the one before and wait for it; the trace of 
 
     python3 benchmarks/start_trace.py [--geometry G1] [--cases 1x512/2048,4x256/2048,...] [--out F.json]
 
-A timing tool, not a benchmark: the marks cost a few stores per block.
+With `--tiles`, the consumers' main loop too: each consumer's thread 0 marks its turn, its
+products' issue, its S's completion, its softmax's end and the previous P V's completion on each
+of the block's first 64 tiles (`%clock64`); the script prints, per step, the median cycles over
+the tiles and blocks of the `alone` calls (the steady tiles: the first 4 of each block left out).
+
+A timing tool, not a benchmark: the marks cost a few stores per block (per tile with `--tiles`).
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ POINTS = 16
 STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "item rows", "first K issued",
          "first Q issued", "first Q ready", "first K ready", "first S", "first item done", "consumer done",
          "roles split", "plan items done", "pair taken"]
-TRACE_SLACK = 1 << 20  # bytes past the workspace: room for POINTS pairs of 8-byte words per block
+TRACE_SLACK = 4 << 20  # bytes past the workspace: POINTS pairs of 8-byte words per block, then the tile trace
+TILE_EVENTS, TRACED_TILES, TRACED_CONSUMERS = 5, 64, 3
+TILE_TRACE_AFTER_BLOCKS, TILE_TRACED_BLOCKS = 1024, 256  # trace.rs: where the tile trace starts, whose
+TILE_STEPS = ["turn begun", "issued", "S ready", "softmax done", "P V done"]
 
 
 class TracedWorkspaces:
@@ -70,7 +78,7 @@ class TracedWorkspaces:
 def read_trace(buf, nbytes):
     """The blocks' marks: a list per block of (ns, cycles) or None per step."""
     at = -(-nbytes // 128) * 128
-    words = buf[at:at + TRACE_SLACK - 128].view(torch.int64).cpu().tolist()
+    words = buf[at:at + TILE_TRACE_AFTER_BLOCKS * POINTS * 16].view(torch.int64).cpu().tolist()
     blocks = []
     for b in range(len(words) // (2 * POINTS)):
         marks = [(words[2 * (b * POINTS + i)], words[2 * (b * POINTS + i) + 1]) for i in range(len(STEPS))]
@@ -78,6 +86,43 @@ def read_trace(buf, nbytes):
             break
         blocks.append([m if m[0] else None for m in marks])
     return blocks
+
+
+def read_tiles(buf, nbytes, nblocks):
+    """The tile trace: per block, per consumer, per tile, the TILE_EVENTS cycle words (0: unmarked)."""
+    at = -(-nbytes // 128) * 128 + TILE_TRACE_AFTER_BLOCKS * POINTS * 16
+    nblocks = min(nblocks, TILE_TRACED_BLOCKS)
+    n = nblocks * TRACED_CONSUMERS * TRACED_TILES * TILE_EVENTS
+    words = buf[at:at + 8 * n].view(torch.int64).cpu().tolist()
+    if len(words) < n:
+        return []
+    at_tile = lambda b, c, t: ((b * TRACED_CONSUMERS + c) * TRACED_TILES + t) * TILE_EVENTS  # noqa: E731
+    return [[[words[at_tile(b, c, t):at_tile(b, c, t) + TILE_EVENTS] for t in range(TRACED_TILES)]
+             for c in range(TRACED_CONSUMERS)] for b in range(nblocks)]
+
+
+def summarize_tiles(tiles, first=4):
+    """Per tile step, median cycles over the steady tiles (from the `first`-th on, both consumers
+    marked, every event of the tile and of the one before) and the blocks: a tile's period (turn
+    to next turn), the turn's wait (the previous tile's P V done to the turn), the issue (turn to
+    turn ended), S's latency (issued to S ready), the softmax, the wait for the P V after it, and
+    consumer 1's turn after consumer 0's."""
+    cols = {k: [] for k in ("period", "turn wait", "issue", "S latency", "softmax", "P V wait", "c1 after c0")}
+    for blk in tiles:
+        c0, c1 = blk[0], blk[1]
+        for t in range(first, TRACED_TILES - 1):
+            a, nxt, prev, b = c0[t], c0[t + 1], c0[t - 1], c1[t]
+            if not all(a) or not all(nxt) or not all(prev) or not all(b):
+                continue
+            cols["period"].append(nxt[0] - a[0])
+            cols["turn wait"].append(a[0] - prev[4])
+            cols["issue"].append(a[1] - a[0])
+            cols["S latency"].append(a[2] - a[1])
+            cols["softmax"].append(a[3] - a[2])
+            cols["P V wait"].append(a[4] - a[3])
+            cols["c1 after c0"].append(b[0] - a[0])
+    return {k: (round(statistics.median(v)) if v else None) for k, v in cols.items()} | {
+        "tiles": len(cols["period"])}
 
 
 def summarize(blocks):
@@ -120,6 +165,7 @@ def main():
     ap.add_argument("--cases", default="1x512/2048,4x256/2048,16x128/2048,1x2048,1x8192")
     ap.add_argument("--variant", default="auto", help="ours' variant, as peers.py --variants takes one")
     ap.add_argument("--repeats", type=int, default=7, help="traced calls per way (medians over them)")
+    ap.add_argument("--tiles", action="store_true", help="also the consumers' per-tile trace (alone calls)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import xla_gpu_kernels.torch  # noqa: F401
@@ -157,6 +203,10 @@ def main():
                 if not blocks:
                     raise SystemExit("no trace: is the library built with XGK_TRACE=1?")
                 runs.append(summarize(blocks))
+                if args.tiles and way == "alone":
+                    tiles = read_tiles(buf, nbytes, len(blocks))
+                    runs[-1]["tiles"] = summarize_tiles(tiles)
+                    runs[-1]["tiles_raw"] = [blk[:2] for blk in tiles[:4]]  # blocks 0-3, consumers 0-1
             # Medians over the runs, per step and column.
             steps = []
             for i, step in enumerate(STEPS):
@@ -166,6 +216,11 @@ def main():
                     row[col] = round(statistics.median(vals), 3) if vals else None
                 steps.append(row)
             ways[way] = {"blocks": runs[0]["blocks"], "ghz": runs[0]["ghz"], "steps": steps}
+            if "tiles" in runs[0]:
+                ways[way]["tiles"] = {k: statistics.median(r["tiles"][k] for r in runs if r["tiles"][k] is not None)
+                                      if any(r["tiles"][k] is not None for r in runs) else None
+                                      for k in runs[0]["tiles"]}
+                ways[way]["tiles_raw"] = runs[0]["tiles_raw"]
         report["cases"].append({"name": case.name, "ways": ways})
         print(f"\n{case.name}: {ways['alone']['blocks']} blocks, {ways['alone']['ghz']} GHz; µs from the first entry")
         print(f"{'step':<18}" + "".join(f"{w + ' ' + c:>15}" for w in ways for c in ("med", "max", "b0", "b1")))
@@ -175,6 +230,9 @@ def main():
                 r = ways[w]["steps"][i]
                 cells += [r["median_us"], r["max_us"], r["block0_us"], r["block1_us"]]
             print(f"{step:<18}" + "".join(f"{'-' if c is None else c:>15}" for c in cells))
+        if "tiles" in ways["alone"]:
+            print("consumer 0's steady tiles, median cycles: " + ", ".join(
+                f"{k} {v}" for k, v in ways["alone"]["tiles"].items()))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

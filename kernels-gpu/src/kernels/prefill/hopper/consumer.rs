@@ -7,7 +7,7 @@
 use super::epilogue::{store_rows_staged, store_rows_tma};
 use super::layout::SharedLayout;
 use super::producer::item_keys;
-use super::trace::{self, Point};
+use super::trace::{self, Point, TileEvent};
 use super::{ws_keys, ws_q_slots, CONSUMER_M, WARPGROUP};
 use crate::attention::mask::mask_logits;
 use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
@@ -172,6 +172,14 @@ pub(super) unsafe fn consume_item<
     // intervals that grow with the row); the others are waited for and released unread.
     let first_tile = *tiles;
     *tiles += num_tiles;
+    // The tile trace (`trace::mark_tile`; nothing outside a trace build): each consumer's thread
+    // 0, the block's first tiles.
+    let mark_tile = #[inline(always)]
+    |i: u32, event: TileEvent| {
+        if trace::ENABLED && wtid == 0 && first_tile + i < trace::TRACED_TILES {
+            trace::mark_tile(ptr.plan, p.plan_capacity, consumer, first_tile + i, event);
+        }
+    };
     let k_slot = |i: u32| k_ring.stage(first_tile + i);
     let v_slot = |i: u32| v_ring.stage(first_tile + i);
     let tile_base = |i: u32| lo + i * keys;
@@ -275,14 +283,18 @@ pub(super) unsafe fn consume_item<
             trace::mark(ptr.plan, p.plan_capacity, Point::FirstKReady);
         }
         turn_begin();
+        mark_tile(ia, TileEvent::TurnBegun);
         issue_s(ia, &mut s);
         turn_end();
+        mark_tile(ia, TileEvent::Issued);
         wgmma::wait_group::<0>();
         if traced {
             trace::mark(ptr.plan, p.plan_capacity, Point::FirstS);
         }
         keep_s(&mut s);
+        mark_tile(ia, TileEvent::SReady);
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
+        mark_tile(ia, TileEvent::SoftmaxDone);
         rescale.apply(&mut o);
         pack_weights::<KV::Operand<Q>, KN, KSP>(&s, &mut pa);
     }
@@ -293,16 +305,21 @@ pub(super) unsafe fn consume_item<
         wait_k(i);
         v_ring.wait(prev);
         turn_begin();
+        mark_tile(i, TileEvent::TurnBegun);
         issue_s(i, &mut s);
         wgmma_pv_issue::<KV::Operand<Q>, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
         turn_end();
+        mark_tile(i, TileEvent::Issued);
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
         keep_s(&mut s);
+        mark_tile(i, TileEvent::SReady);
         let rescale = softmax(i, &mut s, &mut m, &mut l);
+        mark_tile(i, TileEvent::SoftmaxDone);
         // The P V of tile i - 1 has finished writing O and reading its stage and P.
         wgmma::wait_group::<0>();
         keep_o(&mut o);
+        mark_tile(i, TileEvent::PvDone);
         wgmma::keep_fragments(&mut pa);
         v_ring.release(prev);
         rescale.apply(&mut o);

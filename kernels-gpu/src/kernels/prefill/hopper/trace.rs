@@ -11,6 +11,11 @@
 //! host sized for the call ([`super::ws_scratch_bytes`]) from its next 128-byte boundary,
 //! [`POINTS`] pairs per block in block order: the caller passes a workspace of that many more
 //! bytes (`benchmarks/start_trace.py`) and reads them back.
+//!
+//! The consumers' main loop is traced too ([`mark_tile`]): the first [`TRACED_TILES`] tiles of a
+//! block, per consumer, one `%clock64` word per [`TileEvent`] (the turn, the products' issue and
+//! completions, the softmax), after the blocks' points: where a tile's time goes between the
+//! two consumers and the tensor cores, which a profiler's per-instruction samples do not order.
 
 /// The marked steps, in the order they happen in a block.
 #[derive(Clone, Copy)]
@@ -49,6 +54,28 @@ pub(crate) enum Point {
     PairTaken = 15,
 }
 
+/// A consumer's steps through one tile of its main loop ([`mark_tile`]).
+#[derive(Clone, Copy)]
+pub(crate) enum TileEvent {
+    /// The consumer's turn has begun (it may issue its products).
+    TurnBegun = 0,
+    /// The tile's S and the previous tile's P V are issued, and the turn has ended.
+    Issued = 1,
+    /// The tile's S has completed.
+    SReady = 2,
+    /// The tile's softmax is done.
+    SoftmaxDone = 3,
+    /// The previous tile's P V has completed.
+    PvDone = 4,
+}
+
+/// Words per traced tile and consumer (one per [`TileEvent`]).
+pub const TILE_EVENTS: u32 = 5;
+/// The block's first tiles traced, per consumer.
+pub const TRACED_TILES: u32 = 64;
+/// Consumers a block has room for (three at head_dim 64).
+pub const TRACED_CONSUMERS: u32 = 3;
+
 /// Whether this build records the trace: where false (every build but a trace build), callers'
 /// conditions fold away with their marks, and the images are those of a build without them.
 pub(crate) const ENABLED: bool = cfg!(all(target_arch = "nvptx64", xgk_trace));
@@ -59,6 +86,44 @@ pub const POINTS: u32 = 16;
 /// Bytes of trace after the workspace for `blocks` blocks.
 pub const fn trace_bytes(blocks: u32) -> u64 {
     blocks as u64 * POINTS as u64 * 16
+}
+
+/// Blocks whose points the tile trace follows: it starts after [`trace_bytes`] of this many
+/// blocks, whatever the grid, so that a reader finds it without the launch's grid size.
+pub const TILE_TRACE_AFTER_BLOCKS: u32 = 1024;
+/// Blocks whose tiles are traced (the grid's first).
+pub const TILE_TRACED_BLOCKS: u32 = 256;
+
+/// Bytes of the tile trace, after the points of [`trace_bytes`]`(`[`TILE_TRACE_AFTER_BLOCKS`]`)`.
+pub const fn tile_trace_bytes() -> u64 {
+    TILE_TRACED_BLOCKS as u64 * (TRACED_CONSUMERS * TRACED_TILES * TILE_EVENTS) as u64 * 8
+}
+
+/// Marks `event` of the block's tile `tile` (its tile counter: below [`TRACED_TILES`]) for
+/// consumer `consumer` (one thread calls it): the `%clock64` word. A no-op unless built with
+/// `--cfg xgk_trace`.
+///
+/// # Safety
+/// As [`mark`], with the points' room for [`TILE_TRACE_AFTER_BLOCKS`] blocks and
+/// [`tile_trace_bytes`] after them.
+#[inline(always)]
+pub(crate) unsafe fn mark_tile(plan: *const u32, plan_capacity: u32, consumer: u32, tile: u32, event: TileEvent) {
+    #[cfg(all(target_arch = "nvptx64", xgk_trace))]
+    // SAFETY: reading a special register; the store lands in the caller's trace (see above).
+    unsafe {
+        if crate::thread::block_idx_x() >= TILE_TRACED_BLOCKS {
+            return;
+        }
+        let cycles: u64;
+        core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) cycles, options(nostack, nomem));
+        let points = (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128)
+            + trace_bytes(TILE_TRACE_AFTER_BLOCKS);
+        let slot = ((crate::thread::block_idx_x() * TRACED_CONSUMERS + consumer) * TRACED_TILES + tile) * TILE_EVENTS
+            + event as u32;
+        (points as *mut u64).add(slot as usize).write_volatile(cycles);
+    }
+    #[cfg(not(all(target_arch = "nvptx64", xgk_trace)))]
+    let _ = (plan, plan_capacity, consumer, tile, event);
 }
 
 /// Marks `point` for this block (one thread calls it, once per point): a no-op unless built with
