@@ -94,9 +94,12 @@ pub const TILE_TRACE_AFTER_BLOCKS: u32 = 1024;
 /// Blocks whose tiles are traced (the grid's first).
 pub const TILE_TRACED_BLOCKS: u32 = 256;
 
-/// Bytes of the tile trace, after the points of [`trace_bytes`]`(`[`TILE_TRACE_AFTER_BLOCKS`]`)`.
-pub const fn tile_trace_bytes() -> u64 {
-    TILE_TRACED_BLOCKS as u64 * (TRACED_CONSUMERS * TRACED_TILES * TILE_EVENTS) as u64 * 8
+/// Where the trace starts: after the call's workspace of [`super::ws_scratch_bytes`]`(plan_capacity)`
+/// bytes at `plan`, from its next 128-byte boundary.
+#[cfg(all(target_arch = "nvptx64", xgk_trace))]
+#[inline(always)]
+fn trace_base(plan: *const u32, plan_capacity: u32) -> u64 {
+    (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128)
 }
 
 /// Marks `event` of the block's tile `tile` (its tile counter: below [`TRACED_TILES`]) for
@@ -104,8 +107,9 @@ pub const fn tile_trace_bytes() -> u64 {
 /// `--cfg xgk_trace`.
 ///
 /// # Safety
-/// As [`mark`], with the points' room for [`TILE_TRACE_AFTER_BLOCKS`] blocks and
-/// [`tile_trace_bytes`] after them.
+/// As [`mark`], with the points' room for [`TILE_TRACE_AFTER_BLOCKS`] blocks and, after them,
+/// [`TRACED_CONSUMERS`] x [`TRACED_TILES`] x [`TILE_EVENTS`] words for each of the first
+/// [`TILE_TRACED_BLOCKS`] blocks.
 #[inline(always)]
 pub(crate) unsafe fn mark_tile(plan: *const u32, plan_capacity: u32, consumer: u32, tile: u32, event: TileEvent) {
     #[cfg(all(target_arch = "nvptx64", xgk_trace))]
@@ -116,8 +120,7 @@ pub(crate) unsafe fn mark_tile(plan: *const u32, plan_capacity: u32, consumer: u
         }
         let cycles: u64;
         core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) cycles, options(nostack, nomem));
-        let points = (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128)
-            + trace_bytes(TILE_TRACE_AFTER_BLOCKS);
+        let points = trace_base(plan, plan_capacity) + trace_bytes(TILE_TRACE_AFTER_BLOCKS);
         let slot = ((crate::thread::block_idx_x() * TRACED_CONSUMERS + consumer) * TRACED_TILES + tile) * TILE_EVENTS
             + event as u32;
         (points as *mut u64).add(slot as usize).write_volatile(cycles);
@@ -140,7 +143,7 @@ pub(crate) unsafe fn mark(plan: *const u32, plan_capacity: u32, point: Point) {
         let (ns, cycles): (u64, u64);
         core::arch::asm!("mov.u64 {}, %globaltimer;", out(reg64) ns, options(nostack, nomem));
         core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) cycles, options(nostack, nomem));
-        let base = (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128) as *mut u64;
+        let base = trace_base(plan, plan_capacity) as *mut u64;
         let slot = base.add(2 * (crate::thread::block_idx_x() * POINTS + point as u32) as usize);
         slot.write_volatile(ns);
         slot.add(1).write_volatile(cycles);
