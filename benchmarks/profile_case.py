@@ -4,6 +4,9 @@ compute-sanitizer) to wrap: the same inputs as benchmarks/peers.py (G1 geometry 
     ncu --kernel-name regex:rpa_tile --launch-skip 1 --launch-count 1 \\
         python3 benchmarks/profile_case.py --seqs 8192x8192 --calls 3
 
+With `--section SourceCounters` ncu samples each SASS instruction; `benchmarks/source_profile.py`
+reads those counters (exported with `ncu -i REPORT --page source --csv --print-source sass`).
+
 `--impl flashinfer` makes the same calls through FlashInfer's wrapper as peers.py builds it (its
 plan made once, before the calls), to profile the peer beside ours.
 """
