@@ -180,7 +180,7 @@ fn ptxas_accepts_the_ptx_without_spills() {
         // Warpgroup register budgets take effect (ptxas ignores `setmaxnreg` where the register
         // count at entry is not fixed: `#[kernel(max_threads = N)]` fixes it).
         assert!(!log.contains("'setmaxnreg' ignored"), "{arch}: {log}");
-        // No local memory in any kernel except the e4m3 warp-specialized twins (below) and the
+        // No local memory in any kernel except the fp8 warp-specialized twins (below) and the
         // head_dim-256 warp-specialized tile kernels on
         // sm_90a (`rpa_tile_ws_f16_f16_d256`, `rpa_tile_ws_bf16_bf16_d256`): at most 32 bytes stack
         // frame, 48 bytes spill stores, 56 bytes spill loads with ptxas 13.0 (issue 50; 24 / 20 / 20
@@ -227,12 +227,15 @@ fn ptxas_accepts_the_ptx_without_spills() {
                 }
                 if function.starts_with("rpa_tile_ws_") && (function.contains("_e4m3_") || function.contains("_e5m2_"))
                 {
-                    // The fp8 twins (none since 2026-11-29; before, with ptxas 13.0, one of them,
-                    // which one moving with small code changes): one 4-byte value of the
-                    // consumers' item walk (stored once, loaded once per item, outside the
-                    // products and the softmax).
+                    // The fp8 twins. Head_dim 64: at most one 4-byte value of the consumers' item
+                    // walk (stored once, loaded once per item). Head_dim 128, whose converters
+                    // keep four loads in flight on 80 registers (the consumers on 208,
+                    // benchmarks/NOTES.md "v42.6"): 16-byte frame, 12 / 56 bytes of spill stores /
+                    // loads with ptxas 13.0, a reload a tile in the converters and the consumers,
+                    // outside the products and the softmax. No more than measured.
+                    let (frame, stores, loads) = if function.ends_with("_d128") { (16, 12, 56) } else { (8, 4, 4) };
                     assert!(
-                        bytes.len() == 3 && bytes[0] <= 8 && bytes[1] <= 4 && bytes[2] <= 4,
+                        bytes.len() == 3 && bytes[0] <= frame && bytes[1] <= stores && bytes[2] <= loads,
                         "{arch} {function}: {line}"
                     );
                     continue;

@@ -12,7 +12,7 @@
 
 use super::layout::SharedLayout;
 use super::producer::item_keys;
-use super::{ws_keys, CONVERTERS, CONVERTER_LOADS_AHEAD};
+use super::{converter_loads_ahead, ws_keys, CONVERTERS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::RpaParams;
 use crate::kernels::decode::pipelined::StagedKv;
@@ -31,19 +31,18 @@ use crate::wgmma::{self, swizzled_128b_offset};
 /// stays too: each step moves the source by `16 CONVERTERS` bytes and the destination by
 /// `CONVERTERS / (D / 16)` rows, no index arithmetic.
 ///
-/// [`CONVERTER_LOADS_AHEAD`] chunks are in flight while one is widened: a shared-memory load takes
-/// longer than the ~20 instructions that widen and store a chunk, and with one load ahead the
-/// converters waited on each (v35). The loop body is that many chunks, each buffer refilled in
-/// place; not unrolled further: unrolled, ptxas kept every chunk's addresses and spilled the
-/// producer's registers.
+/// `AHEAD` chunks ([`converter_loads_ahead`]) are in flight while one is widened: a shared-memory
+/// load takes longer than the ~20 instructions that widen and store a chunk, and with one load
+/// ahead the converters waited on each (v35), with two at head_dim 128 still (v42.6). The loop body
+/// is that many chunks, each buffer refilled in place; not unrolled further: unrolled, ptxas kept
+/// every chunk's addresses and spilled the producer's registers.
 ///
 /// # Safety
 /// `staged` holds a staged tile whose bytes have landed (its full barrier waited for) and `tile`
 /// an operand stage this thread's converters own (its empty barrier waited for), both in this
 /// block's shared memory.
 #[inline(always)]
-unsafe fn widen_tile<KV: StagedKv, const D: usize>(staged: u32, tile: u32, converter: u32) {
-    const AHEAD: usize = CONVERTER_LOADS_AHEAD;
+unsafe fn widen_tile<KV: StagedKv, const D: usize, const AHEAD: usize>(staged: u32, tile: u32, converter: u32) {
     let keys = ws_keys(D as u32);
     let row_chunks = D as u32 / 16;
     const { assert!(CONVERTERS.is_multiple_of(8 * 8), "key steps of whole swizzle atoms at D <= 128") };
@@ -100,10 +99,18 @@ unsafe fn convert_tile<KV: StagedKv, const D: usize, const PW: usize, const VALU
     let (s8, s) = (staging.stage(n), operands.stage(n));
     staging.wait(s8);
     operands.acquire(s);
+    // (`converter_loads_ahead` as a const argument: one branch, folded.)
+    let widen = |staged: u32, tile: u32| {
+        if converter_loads_ahead(D as u32) == 4 {
+            widen_tile::<KV, D, 4>(staged, tile, converter)
+        } else {
+            widen_tile::<KV, D, 2>(staged, tile, converter)
+        }
+    };
     if VALUES {
-        widen_tile::<KV, D>(smem.v8(s8.index), smem.v(s.index), converter);
+        widen(smem.v8(s8.index), smem.v(s.index));
     } else {
-        widen_tile::<KV, D>(smem.k8(s8.index), smem.k(s.index), converter);
+        widen(smem.k8(s8.index), smem.k(s.index));
         if converter == 0 {
             let (from, to) = (smem.staged_presence(s8.index), smem.presence(s.index));
             unroll::<PW>(|w| *to.add(w) = *from.add(w));

@@ -171,9 +171,19 @@ const Q_LOADERS: u32 = WARPGROUP - 2 * WARP_SIZE;
 const Q_LOADERS_FP8: u32 = WARP_SIZE;
 /// Threads of the converters (fp8 KV): the producer warpgroup's warps 2 and 3.
 pub(super) const CONVERTERS: u32 = 2 * WARP_SIZE;
-/// Chunks each converter has loaded ahead of the one it widens ([`converter`]); the registers
-/// they take are in [`PRODUCER_REGISTERS_FP8`].
-pub(super) const CONVERTER_LOADS_AHEAD: usize = 2;
+/// Chunks each converter has loaded ahead of the one it widens ([`converter`]) at head dim `d`;
+/// the registers they take are in [`PRODUCER_REGISTERS_FP8_D128`] / [`PRODUCER_REGISTERS_FP8`].
+/// At head_dim 128 the converters waited on their loads (their slowest step: ncu's short
+/// scoreboard, ~55 % of their samples) and the consumers 15 % of their time on converted tiles:
+/// four in flight took 5 % off fp8 1 x 8k; at head_dim 64 (8 chunks a converter a tile) four
+/// were 1-3 % slower (benchmarks/NOTES.md "v42.6").
+pub(super) const fn converter_loads_ahead(d: u32) -> usize {
+    if d == 128 {
+        4
+    } else {
+        2
+    }
+}
 /// Slots of the schedule ring (pair indices thread 0 fetched, read by every thread).
 const SCHED_SLOTS: u32 = 4;
 /// Keys of one bulk copy: a 16-key block of one page (page sizes are multiples of 16).
@@ -191,10 +201,14 @@ pub const CONSUMER_M: u32 = 64;
 const PRODUCER_REGISTERS: u32 = 48;
 const CONSUMER_REGISTERS: u32 = 224;
 /// With fp8 KV the producer's warps 2 and 3 widen the staged tiles, each with
-/// [`CONVERTER_LOADS_AHEAD`] chunks in flight: 128 x 72 + 256 x 216 = 384 x 168 (at 48 / 224
-/// ptxas 13.0 spilled 16-24 bytes; at 56 / 216 none with one chunk ahead, some with two).
+/// [`converter_loads_ahead`] chunks in flight: two at head_dim 64, 128 x 72 + 256 x 216 = 384 x
+/// 168 (at 48 / 224 ptxas 13.0 spilled 16-24 bytes; at 56 / 216 none with one chunk ahead, some
+/// with two); four at head_dim 128, 128 x 80 + 256 x 208 (ptxas spills 12 bytes there, 36-48 at
+/// 72 / 216, 60 at 88 / 200; the consumers' 8 fewer registers cost ~2.5 %, the loads gain ~8 %).
 const PRODUCER_REGISTERS_FP8: u32 = 72;
 const CONSUMER_REGISTERS_FP8: u32 = 216;
+const PRODUCER_REGISTERS_FP8_D128: u32 = 80;
+const CONSUMER_REGISTERS_FP8_D128: u32 = 208;
 /// At head_dim 256 (O alone is 128 registers): 128 x 24 + 256 x 240 = 384 x 168.
 const PRODUCER_REGISTERS_D256: u32 = 24;
 const CONSUMER_REGISTERS_D256: u32 = 240;
@@ -363,6 +377,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
             warpgroup::release_registers::<PRODUCER_REGISTERS_D256>();
         } else if C == 3 {
             warpgroup::release_registers::<PRODUCER_REGISTERS_3C>();
+        } else if fp8 && D == 128 {
+            warpgroup::release_registers::<PRODUCER_REGISTERS_FP8_D128>();
         } else if fp8 {
             warpgroup::release_registers::<PRODUCER_REGISTERS_FP8>();
         } else {
@@ -442,6 +458,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
             warpgroup::claim_registers::<CONSUMER_REGISTERS_D256>();
         } else if C == 3 {
             warpgroup::claim_registers::<CONSUMER_REGISTERS_3C>();
+        } else if fp8 && D == 128 {
+            warpgroup::claim_registers::<CONSUMER_REGISTERS_FP8_D128>();
         } else if fp8 {
             warpgroup::claim_registers::<CONSUMER_REGISTERS_FP8>();
         } else {
@@ -703,6 +721,7 @@ mod tests {
         }
         const { assert!(fits(PRODUCER_REGISTERS, CONSUMER_REGISTERS, 2)) };
         const { assert!(fits(PRODUCER_REGISTERS_FP8, CONSUMER_REGISTERS_FP8, 2)) };
+        const { assert!(fits(PRODUCER_REGISTERS_FP8_D128, CONSUMER_REGISTERS_FP8_D128, 2)) };
         const { assert!(fits(PRODUCER_REGISTERS_D256, CONSUMER_REGISTERS_D256, 2)) };
         const { assert!(fits(PRODUCER_REGISTERS_3C, CONSUMER_REGISTERS_3C, 3)) };
         assert_eq!((ws_threads(2), ws_threads(3)), (384, 512));
