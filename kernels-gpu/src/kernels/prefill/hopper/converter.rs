@@ -99,7 +99,8 @@ unsafe fn convert_tile<KV: StagedKv, const D: usize, const PW: usize, const VALU
     let (s8, s) = (staging.stage(n), operands.stage(n));
     staging.wait(s8);
     operands.acquire(s);
-    // (`converter_loads_ahead` as a const argument: one branch, folded.)
+    // `converter_loads_ahead` as a const argument (one branch, folded): the two depths it names.
+    const { assert!(matches!(converter_loads_ahead(D as u32), 2 | 4), "a depth widen is instantiated for") };
     let widen = |staged: u32, tile: u32| {
         if converter_loads_ahead(D as u32) == 4 {
             widen_tile::<KV, D, 4>(staged, tile, converter)
