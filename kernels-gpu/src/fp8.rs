@@ -7,9 +7,9 @@
 //! infinity, so callers check a word for those bytes first ([`Fp8::has_special`]) and take the
 //! exact per-element widening ([`crate::num::KvElement::widen`]) when one is present.
 //!
-//! To f16 there are cheaper exact paths: an E5M2 byte is the high byte of the same f16, and on
-//! sm_89+ (the sm_90a image) `cvt.rn.f16x2.e4m3x2` widens an E4M3 pair in one instruction, NaN
-//! included ([`Fp8::pair_to_f16`], [`Fp8::F16_EXACT`]).
+//! To f16 there are cheaper exact paths: on sm_89+ (the sm_90a image) `cvt.rn.f16x2.e4m3x2` and
+//! `.e5m2x2` widen a pair in one instruction, NaN included; elsewhere an E5M2 byte is the high
+//! byte of the same f16, one byte permute a pair ([`Fp8::pair_to_f16`], [`Fp8::F16_EXACT`]).
 
 use crate::mma::MmaElement;
 use crate::num::{KvElement, F8E4M3, F8E5M2};
@@ -29,23 +29,30 @@ pub trait Fp8: KvElement {
     fn pair_to_f16(word: u32, pair: usize) -> u32;
 }
 
-/// `cvt.rn.f16x2.e4m3x2` of the 16-bit half `pair` of `word` (sm_89+; the sm_90a image).
-#[cfg(all(target_arch = "nvptx64", xgk_sm90))]
-#[inline(always)]
-fn e4m3x2_to_f16x2(word: u32, pair: usize) -> u32 {
-    let d: u32;
-    // SAFETY: pure conversion instructions, available on the image's architecture.
-    unsafe {
-        if pair == 0 {
-            core::arch::asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.rn.f16x2.e4m3x2 {d}, l; }}",
-                d = out(reg32) d, w = in(reg32) word, options(pure, nomem, nostack));
-        } else {
-            core::arch::asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.rn.f16x2.e4m3x2 {d}, h; }}",
-                d = out(reg32) d, w = in(reg32) word, options(pure, nomem, nostack));
+/// `cvt.rn.f16x2.<fmt>x2` of the 16-bit half `pair` of `word`, as function `$name` (sm_89+; the
+/// sm_90a image).
+macro_rules! fp8x2_to_f16x2 {
+    ($name:ident, $fmt:literal) => {
+        #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+        #[inline(always)]
+        fn $name(word: u32, pair: usize) -> u32 {
+            let d: u32;
+            // SAFETY: pure conversion instructions, available on the image's architecture.
+            unsafe {
+                if pair == 0 {
+                    core::arch::asm!(concat!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.rn.f16x2.", $fmt, "x2 {d}, l; }}"),
+                        d = out(reg32) d, w = in(reg32) word, options(pure, nomem, nostack));
+                } else {
+                    core::arch::asm!(concat!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {w}; cvt.rn.f16x2.", $fmt, "x2 {d}, h; }}"),
+                        d = out(reg32) d, w = in(reg32) word, options(pure, nomem, nostack));
+                }
+            }
+            d
         }
-    }
-    d
+    };
 }
+fp8x2_to_f16x2!(e4m3x2_to_f16x2, "e4m3");
+fp8x2_to_f16x2!(e5m2x2_to_f16x2, "e5m2");
 
 /// `prmt.b32 d, a, 0, selector`: byte `i` of `d` is byte `selector[4i..4i+4]` of `(0 : a)`.
 #[inline(always)]
@@ -190,7 +197,18 @@ impl Fp8 for F8E5M2 {
 
     #[inline(always)]
     fn pair_to_f16(word: u32, pair: usize) -> u32 {
+        // On sm_90 the conversion pipe's `cvt.rn.f16x2.e5m2x2`, as E4M3's: a byte permute (exact
+        // too, below) runs on the ALU pipe, which the warp-specialized prefill's consumers share
+        // with its converters (their max trees and masks), and made e5m2 prefill 5 % slower than
+        // e4m3 on the same instructions (benchmarks/NOTES.md "v43").
+        #[cfg(all(target_arch = "nvptx64", xgk_sm90))]
+        {
+            e5m2x2_to_f16x2(word, pair)
+        }
         // An E5M2 byte is the high byte of the same f16 (infinities and NaNs included).
-        permute_bytes(word, if pair == 0 { 0x1404 } else { 0x3424 })
+        #[cfg(not(all(target_arch = "nvptx64", xgk_sm90)))]
+        {
+            permute_bytes(word, if pair == 0 { 0x1404 } else { 0x3424 })
+        }
     }
 }
