@@ -352,7 +352,9 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
             wgmma::keep_accumulator(acc);
             wgmma::fence();
             // One descriptor per stage, constants added per k-step (K-major A and B: k-steps of 16
-            // dims are 32 bytes apart inside a 64-dim block).
+            // dims are 32 bytes apart inside a 64-dim block). Not broadcast into uniform registers
+            // as the warp-specialized kernel's are (`wgmma::warp_uniform`): that removes the three
+            // `R2UR`s before each S `wgmma` here, but measured level (benchmarks/NOTES.md "v43.3").
             let k_desc = wgmma::descriptor(stage, 16, 8 * 128, wgmma::Swizzle::Bytes128);
             unroll::<KSTEPS>(|k| {
                 let step = (k as u32 % 4) * 32;

@@ -1,7 +1,8 @@
 //! The converters (fp8 KV only): the producer warpgroup's warps 2 and 3 widen each staged fp8 K
 //! and V tile into the K and V rings the consumers read, as f16 operands in the 128-byte swizzle
 //! the bulk copies of 16-bit KV write. Every fp8 value is an f16: the widening is exact (one
-//! `cvt.rn.f16x2.e4m3x2` per pair of E4M3 bytes, a byte permute per pair of E5M2), and the
+//! `cvt.rn.f16x2.e4m3x2` or `.e5m2x2` per pair of bytes, on the conversion pipe: a byte permute
+//! for E5M2 ran on the ALU pipe beside the consumers' max trees and masks, 5 % slower), and the
 //! scales apply in f32 in the consumers.
 //!
 //! Per tile, K one tile ahead of V (the consumers read K of tile i before V of tile i - 1): wait
