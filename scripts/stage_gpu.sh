@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 rm -rf .gpu && mkdir -p .gpu/bin
 cargo build --release --lib
 cp target/release/libxla_gpu_kernels.so .gpu/
-for target in "--test gpu" "--test soak" "--bench kernels" "--bench host_overhead"; do
+for target in "--test gpu" "--test soak" "--bench kernels" "--bench host_overhead" "--bench hgmma_queue"; do
   # shellcheck disable=SC2086
   exe=$(cargo test --release --no-run $target --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")][-1])')

@@ -217,6 +217,9 @@ pub mod ids {
     /// block, or a warp-specialized (or mix tile) block's 0 but its last warp, which stores the
     /// call's tensor maps meanwhile.
     pub const PLAN: Range<u32> = 11..12;
+    /// The `wgmma` queue probe (`kernels::hgmma_queue_probe`): its second warpgroup waits until
+    /// the first's issue has returned.
+    pub const PROBE_TURN: Range<u32> = 12..13;
 
     const fn disjoint(sets: &[Range<u32>]) -> bool {
         let mut i = 0;
@@ -241,4 +244,5 @@ pub mod ids {
         assert!(disjoint(&[BLOCK, WS_PINGPONG, WS_EPILOGUE, WS_Q_CONVERT, PLAN]), "a warp-specialized prefill block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS]), "a pipelined decode block");
     const _: () = assert!(disjoint(&[BLOCK, DECODE_KEY_PAIRS, MIX_DECODE_GROUPS]), "a mix's decode block");
+    const _: () = assert!(disjoint(&[BLOCK, PROBE_TURN]), "the wgmma queue probe's block");
 }

@@ -1,4 +1,4 @@
-//! Thread and block indices (cuda_std's `thread` module).
+//! Thread and block indices (cuda_std's `thread` module), and the multiprocessor's cycle counter.
 
 macro_rules! index_fn {
     ($($(#[$doc:meta])* $name:ident => $intrinsic:ident;)*) => {$(
@@ -66,4 +66,21 @@ pub fn sync_threads() {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     crate::gpu_only!("sync_threads")
+}
+
+/// `%clock64`: the multiprocessor's cycle counter (comparable within a block). ptxas keeps its
+/// reads in order with other volatile instructions (stores, barriers, `wgmma` issues and waits)
+/// but moves arithmetic across them, so a read bounds where independent arithmetic ran only
+/// roughly (benchmarks/NOTES.md "v42.1").
+#[inline(always)]
+pub fn clock64() -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let cycles: u64;
+        // SAFETY: reading a special register has no preconditions.
+        unsafe { core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) cycles, options(nostack, nomem)) };
+        cycles
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::gpu_only!("clock64")
 }

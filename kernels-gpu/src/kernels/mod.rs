@@ -7,11 +7,15 @@
 //! - [`prefill`]: the query-tile kernels: [`prefill::tiled`] (sm_80 `mma.sync` tiles, and the
 //!   `wgmma` tiles) and [`prefill::hopper`] (warp-specialized, TMA and `wgmma`: Hopper's prefill);
 //! - [`mix`]: a mixed batch's decode and prefill work in one launch;
+//! - [`wgmma_selftest`] and [`hgmma_queue_probe`] (sm_90a): the warpgroup MMA primitives checked
+//!   against the CPU (`tests/gpu.rs`), and how many of them a warpgroup issues before the issue
+//!   blocks (`benches/hgmma_queue.rs`);
 //! - the shared parts of attention (softmax, masks, the device planner) live in
 //!   [`crate::attention`].
 
 mod block_slot;
 pub mod decode;
+pub mod hgmma_queue_probe;
 pub mod mix;
 pub mod prefill;
 pub mod simple_add;

@@ -102,18 +102,6 @@ fn trace_base(plan: *const u32, plan_capacity: u32) -> u64 {
     (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128)
 }
 
-/// The multiprocessor's cycle counter. ptxas keeps its reads in order with other volatile
-/// instructions (the marks' stores, barriers, `wgmma` waits) but moves arithmetic across them, so
-/// a mark bounds where independent arithmetic ran only roughly (benchmarks/NOTES.md "v42.1").
-#[cfg(all(target_arch = "nvptx64", xgk_trace))]
-#[inline(always)]
-fn clock64() -> u64 {
-    let cycles: u64;
-    // SAFETY: reading a special register.
-    unsafe { core::arch::asm!("mov.u64 {}, %clock64;", out(reg64) cycles, options(nostack, nomem)) };
-    cycles
-}
-
 /// Marks `event` of the block's tile `tile` (its tile counter: below [`TRACED_TILES`]) for
 /// consumer `consumer` (one thread calls it): the `%clock64` word. A no-op unless built with
 /// `--cfg xgk_trace`.
@@ -130,7 +118,7 @@ pub(crate) unsafe fn mark_tile(plan: *const u32, plan_capacity: u32, consumer: u
         if crate::thread::block_idx_x() >= TILE_TRACED_BLOCKS {
             return;
         }
-        let cycles = clock64();
+        let cycles = crate::thread::clock64();
         let points = trace_base(plan, plan_capacity) + trace_bytes(TILE_TRACE_AFTER_BLOCKS);
         let slot = ((crate::thread::block_idx_x() * TRACED_CONSUMERS + consumer) * TRACED_TILES + tile) * TILE_EVENTS
             + event as u32;
@@ -153,7 +141,7 @@ pub(crate) unsafe fn mark(plan: *const u32, plan_capacity: u32, point: Point) {
     unsafe {
         let ns: u64;
         core::arch::asm!("mov.u64 {}, %globaltimer;", out(reg64) ns, options(nostack, nomem));
-        let cycles = clock64();
+        let cycles = crate::thread::clock64();
         let base = trace_base(plan, plan_capacity) as *mut u64;
         let slot = base.add(2 * (crate::thread::block_idx_x() * POINTS + point as u32) as usize);
         slot.write_volatile(ns);
