@@ -42,7 +42,9 @@ fn ptx_exports_every_kernel() {
 /// The warp-specialized and mix kernels read their tensor maps where they lie, in the parameter
 /// space (`kernels_gpu::tma::param_address!`): each entry takes the address of its K/V map's parameter
 /// (and no other), each so named is a 128-byte parameter declared `.align 64` (build.rs), and no
-/// kernel writes or fences a tensor map in global memory.
+/// kernel writes or fences a tensor map in global memory. The `mov.u64 ..., <entry>_param_<n>`
+/// operands are parsed here on their own, not through build.rs's `align_param_maps`, which made
+/// the declarations checked: a shared parser would pass its own mistakes.
 #[test]
 fn tensor_maps_are_read_in_the_parameter_space() {
     let image = xla_gpu_kernels::PTX_IMAGES.iter().find(|i| i.arch == "sm_90a").expect("the Hopper image");

@@ -43,7 +43,8 @@ use crate::attention::planner::TiledPointers;
 use crate::kernels::block_slot::{GroupSlot, GROUP_THREADS};
 use crate::kernels::decode::general::RpaPointers;
 use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
-use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on, StagedKv};
+use crate::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys, rpa_pipelined_on};
+use crate::kernels::kv_operand::StagedKv;
 use crate::kernels::prefill::hopper::scheduler::TileGrid;
 use crate::kernels::prefill::hopper::{rpa_tiled_ws, ws_shared_bytes, ws_threads, WsMaps};
 

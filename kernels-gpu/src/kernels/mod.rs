@@ -2,20 +2,24 @@
 //! kernels up by the names the kernel ids spell (`host/src/ops/paged_attention/kernel_id.rs`).
 //!
 //! - [`decode`]: the decode kernels (a few query rows per sequence over long contexts): the
-//!   general one and the merge kernels ([`decode::general`]), tensor-core rows ([`decode::mma`]),
-//!   the pipelined ones ([`decode::pipelined`], in the head-rows or [`decode::key_rows`] layout);
+//!   general one ([`decode::general`]), tensor-core rows ([`decode::mma`]), the pipelined ones
+//!   ([`decode::pipelined`], in the head-rows or [`decode::key_rows`] layout), and how their
+//!   warps and splits merge into the output ([`decode::merge`], the merge kernels with it);
 //! - [`prefill`]: the query-tile kernels: [`prefill::tiled`] (sm_80 `mma.sync` tiles, and the
 //!   `wgmma` tiles) and [`prefill::hopper`] (warp-specialized, TMA and `wgmma`: Hopper's prefill);
 //! - [`mix`]: a mixed batch's decode and prefill work in one launch;
 //! - [`wgmma_selftest`] and [`hgmma_queue_probe`] (sm_90a): the warpgroup MMA primitives checked
 //!   against the CPU (`tests/gpu.rs`), and how many of them a warpgroup issues before the issue
 //!   blocks (`benches/hgmma_queue.rs`);
+//! - [`kv_operand`]: how 16-bit and fp8 KV enter the tensor cores, shared by the pipelined decode,
+//!   the Hopper prefill and the mix;
 //! - the shared parts of attention (softmax, masks, the device planner) live in
 //!   [`crate::attention`].
 
 mod block_slot;
 pub mod decode;
 pub mod hgmma_queue_probe;
+pub mod kv_operand;
 pub mod mix;
 pub mod prefill;
 pub mod simple_add;

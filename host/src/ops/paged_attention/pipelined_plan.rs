@@ -1,7 +1,7 @@
 //! The pipelined kernel's stage count and key splits: the split model over the device's
 //! resident blocks (`plan_rules.rs`), merged in clusters where every cluster runs at once.
 
-use kernels_gpu::kernels::decode::general::MAX_CLUSTER_SPLITS;
+use kernels_gpu::kernels::decode::merge::MAX_CLUSTER_SPLITS;
 use kernels_gpu::kernels::decode::pipelined::{
     pipelined_shared_bytes, pipelined_stage_bytes, pipelined_tile_keys, PIPE_MAX_STAGES,
 };

@@ -3,7 +3,7 @@
 //! `plan_cache.rs`, enqueued by `launch/`.
 
 use kernels_gpu::attention::planner::{plan_bytes, PLAN_SHARED_BYTES};
-use kernels_gpu::kernels::decode::general::{rpa_combine_shared_bytes, LOOP_MERGE_MAX_SPLITS};
+use kernels_gpu::kernels::decode::merge::{rpa_combine_shared_bytes, LOOP_MERGE_MAX_SPLITS};
 use kernels_gpu::kernels::prefill::hopper::ws_scratch_bytes;
 
 use super::kernel_id::{KernelFamily, KernelId};

@@ -266,7 +266,7 @@ pub(super) const FP8_WHOLE_ROW_MAX_WAVES: u64 = 2;
 
 #[cfg(test)]
 mod tests {
-    use kernels_gpu::kernels::decode::general::MAX_CLUSTER_SPLITS;
+    use kernels_gpu::kernels::decode::merge::MAX_CLUSTER_SPLITS;
 
     use super::*;
 

@@ -134,7 +134,7 @@ const DEFAULT_PERSISTENT: PairSchedule = PairSchedule::PersistentDynamic;
 pub const PIPE_STAGES_ENV_VAR: &str = "XGK_RPA_STAGES";
 
 /// Environment variable switching the pipelined kernel's cluster merge of its splits off (`0`)
-/// or on (`1`, the default; sm_90 image): up to [`MAX_CLUSTER_SPLITS`](kernels_gpu::kernels::decode::general::MAX_CLUSTER_SPLITS) splits of a (row, KV
+/// or on (`1`, the default; sm_90 image): up to [`MAX_CLUSTER_SPLITS`](kernels_gpu::kernels::decode::merge::MAX_CLUSTER_SPLITS) splits of a (row, KV
 /// head) run as one thread-block cluster and merge through distributed shared memory, with no
 /// merge kernel and no partials in the workspace.
 pub const CLUSTER_MERGE_ENV_VAR: &str = "XGK_RPA_CLUSTER_MERGE";
@@ -275,7 +275,7 @@ pub enum PipeMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MergeSetting {
     /// A merge kernel by split count (`0`): the loop kernel up to
-    /// [`LOOP_MERGE_MAX_SPLITS`](kernels_gpu::kernels::decode::general::LOOP_MERGE_MAX_SPLITS)
+    /// [`LOOP_MERGE_MAX_SPLITS`](kernels_gpu::kernels::decode::merge::LOOP_MERGE_MAX_SPLITS)
     /// splits, the group kernel above.
     BySplitCount,
     /// The loop merge kernel (`1`).

@@ -16,12 +16,13 @@
 
 use crate::attention::{RowWindow, RpaParams};
 use crate::math::{exp2_approx, fma_f32, max_f32};
-use crate::mma::{movmatrix_trans, MmaElement};
+use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, movmatrix_trans, MmaElement};
 use crate::warp::{butterfly_max_f32, butterfly_sum_f32, lane_id, warp_any};
 
 use crate::attention::mask::range_bits;
 use crate::attention::softmax::{LogitScale, RESCALE_THRESHOLD_LOG2};
 use crate::kernels::decode::mma::MMA_HEADS_PER_BLOCK;
+use crate::kernels::kv_operand::StagedKv;
 use crate::kernels::unroll;
 
 /// Most query heads a block of the key-rows layout computes: the N of the mma tile. The host
@@ -160,4 +161,89 @@ pub(crate) unsafe fn store_key_rows_state<const MT: usize, const PAIRED: bool>(
             *row.add(2 + hi) = o[mt][2 + h];
         });
     });
+}
+
+/// A lane's `ldmatrix` rows and swizzled chunks in a stage (see the tile loop), for the
+/// key-rows layout's loads.
+pub(crate) struct KeyRowsLanes {
+    pub(crate) k_token: u32,
+    pub(crate) k_chunk: u32,
+    pub(crate) v_token: u32,
+    pub(crate) v_chunk: u32,
+    pub(crate) kv_row_bytes: u32,
+}
+
+/// `Sᵀ = K Qᵀ` over a warp's 16 K rows of a pipelined kernel's stage at `k_base`: the head-rows
+/// layout's `ldmatrix` loads, each word taken as the A fragment's (keys as rows) instead of B's;
+/// q as B (`qb`). Even and odd k-steps accumulate
+/// apart (two chains of mma half as long), summed at the end.
+///
+/// # Safety
+/// The warp's K rows of the stage have landed and are visible to it; every lane calls it.
+#[inline(always)]
+pub(crate) unsafe fn key_rows_logits<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
+    k_base: u32,
+    lanes: &KeyRowsLanes,
+    qb: &[[u32; 2]; KSTEPS],
+) -> [f32; 4] {
+    let mut acc = [[0.0f32; 4]; 2];
+    if KV::FP8 {
+        // One ldmatrix gives two k-steps (chunks 2kk, 2kk + 1 of 16 one-byte dims): words 0 / 1
+        // are keys 0-7 / 8-15 of the first, 2 / 3 of the second.
+        let k_row = k_base + lanes.v_token * lanes.kv_row_bytes;
+        unroll::<KSTEPS>(|kk| {
+            if kk < KSTEPS / 2 {
+                let b = ldmatrix_x4(k_row + (lanes.v_chunk ^ (2 * kk as u32)) * 16);
+                unroll::<2>(|h| {
+                    let (low, high) = (KV::k_operand(b[2 * h]), KV::k_operand(b[2 * h + 1]));
+                    acc[h] = M::mma([low[0], high[0], low[1], high[1]], qb[2 * kk + h], acc[h]);
+                });
+            }
+        });
+    } else {
+        // Words: keys 0-7 × dims +0, keys 0-7 × dims +8, keys 8-15 × +0, keys 8-15 × +8.
+        let k_row = k_base + lanes.k_token * lanes.kv_row_bytes;
+        unroll::<KSTEPS>(|k| {
+            let b = ldmatrix_x4(k_row + (lanes.k_chunk ^ (2 * k as u32)) * 16);
+            acc[k % 2] = M::mma([b[0], b[2], b[1], b[3]], qb[k], acc[k % 2]);
+        });
+    }
+    let mut s = [0.0f32; 4];
+    unroll::<4>(|e| s[e] = acc[0][e] + acc[1][e]);
+    s
+}
+
+/// `Oᵀ += Vᵀ Pᵀ` over a warp's 16 V rows of a stage at `v_base` (the key-rows layout): the
+/// head-rows layout's transposed `ldmatrix` loads as A fragments (dims as rows), `pt` as B. 16-bit
+/// V: m-tile `mt` is dims `16 mt ..`; 1-byte V: m-tile `mt` is chunk `mt`'s even dims (rows `g`)
+/// and odd dims (rows `g + 8`), as `store_key_rows_state`'s `PAIRED` reads them.
+///
+/// # Safety
+/// As [`key_rows_logits`], for the V rows.
+#[inline(always)]
+pub(crate) unsafe fn key_rows_accumulate<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
+    v_base: u32,
+    lanes: &KeyRowsLanes,
+    pt: [u32; 2],
+    ot: &mut [[f32; 4]; KSTEPS],
+) {
+    let v_row = v_base + lanes.v_token * lanes.kv_row_bytes;
+    if KV::FP8 {
+        // One transposed ldmatrix gives chunks mt, mt + 1: words keys 0-7 / 8-15 of each.
+        unroll::<KSTEPS>(|mt| {
+            if mt % 2 == 0 {
+                let b = ldmatrix_x4_trans(v_row + (lanes.v_chunk ^ mt as u32) * 16);
+                unroll::<2>(|c| {
+                    let (low, high) = (KV::v_operands(b[2 * c]), KV::v_operands(b[2 * c + 1]));
+                    ot[mt + c] = M::mma([low[0], low[1], high[0], high[1]], pt, ot[mt + c]);
+                });
+            }
+        });
+    } else {
+        // Words: keys 0-7 × dims +0, keys 8-15 × +0, keys 0-7 × +8, keys 8-15 × +8.
+        unroll::<KSTEPS>(|mt| {
+            let b = ldmatrix_x4_trans(v_row + (lanes.v_chunk ^ (2 * mt as u32)) * 16);
+            ot[mt] = M::mma([b[0], b[2], b[1], b[3]], pt, ot[mt]);
+        });
+    }
 }

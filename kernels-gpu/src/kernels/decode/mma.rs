@@ -22,9 +22,9 @@ use crate::warp::{lane_id, WARP_SIZE};
 
 use crate::attention::softmax::{online_softmax_step, quad_sum};
 use crate::kernels::decode::general::{
-    attention_kernels, key_row, merge_warps_and_store, resolve_block, Block, RpaPointers, WarpStates, RPA_THREADS,
-    RPA_WARPS,
+    attention_kernels, key_row, resolve_block, Block, RpaPointers, RPA_THREADS, RPA_WARPS,
 };
+use crate::kernels::decode::merge::{merge_warps_and_store, WarpStates};
 use crate::kernels::unroll;
 
 /// Query heads per block: the M of the mma tile.

@@ -3,5 +3,6 @@
 
 pub mod general;
 pub mod key_rows;
+pub mod merge;
 pub mod mma;
 pub mod pipelined;

@@ -35,10 +35,9 @@
 use crate::attention::{clamp_num_seqs, is_apart_decode, page_is_valid, RpaParams, DECODE_APART_ONE_LAUNCH};
 use crate::barrier::{ids, sync_named_id};
 use crate::copy::{commit_group, cp_async_16, wait_all, wait_group_dyn, CopyHint};
-use crate::fp8::{pair_to_f16_exact, transpose_byte_pairs};
 use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
-use crate::num::{Bf16, KvElement, F8E4M3, F8E5M2};
+use crate::num::{Bf16, F8E4M3, F8E5M2};
 use crate::shared::shared_address;
 use crate::warp::{lane_id, sync_warp, warp_ballot, WARP_SIZE};
 
@@ -47,13 +46,15 @@ use crate::attention::planner::publish_inputs_ready;
 use crate::attention::softmax::{online_softmax_step, LogitScale};
 use crate::kernels::block_slot::{BlockSlot, WholeBlock, GROUP_THREADS};
 use crate::kernels::decode::general::{
-    attention_kernels, block_of_row, block_split_at, merge_block, merge_warps_and_store, resolve_block, Block,
-    BlockHeads, RpaPointers, WarpStates,
+    attention_kernels, block_of_row, block_split_at, resolve_block, Block, BlockHeads, RpaPointers,
 };
 use crate::kernels::decode::key_rows::{
-    key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state, KEY_ROWS_MAX_HEADS,
+    key_rows_accumulate, key_rows_logits, key_rows_softmax_step, mask_key_rows, q_b_fragments, store_key_rows_state,
+    KeyRowsLanes, KEY_ROWS_MAX_HEADS,
 };
+use crate::kernels::decode::merge::{merge_block, merge_warps_and_store, WarpStates};
 use crate::kernels::decode::mma::{load_q_fragments, store_warp_state, MMA_HEADS_PER_BLOCK};
+use crate::kernels::kv_operand::StagedKv;
 use crate::kernels::unroll;
 
 /// Most keys per pipeline stage (16 per key group, two mma n-tiles; 4 groups), and the granule of
@@ -128,146 +129,6 @@ pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32
         pipeline
     } else {
         merge
-    }
-}
-
-/// How a KV element type enters the tensor cores from the pipeline's shared memory.
-pub trait StagedKv: KvElement {
-    /// 1-byte types are converted in registers after `ldmatrix` (over permuted dims); 16-bit ones
-    /// are the operands as loaded.
-    const FP8: bool;
-    /// The tensor cores' operand type with q of type `Q`: q's own for 16-bit KV; f16 for fp8 KV,
-    /// whatever q is (every fp8 value is an f16, and fp8 widens to f16 in one instruction or two:
-    /// [`crate::fp8::Fp8::pair_to_f16`]; bf16 q enters as f16 through [`q_as_operand`]).
-    type Operand<Q: MmaElement>: MmaElement;
-    /// K's B fragment of one n-tile and k-step from a lane's `ldmatrix` word of 1-byte K (four
-    /// adjacent dims `4c .. 4c + 4` of one key): register 0 holds dims `4c, 4c + 1` (the mma's k
-    /// `2c, 2c + 1`), register 1 dims `4c + 2, 4c + 3` (its k `2c + 8, 2c + 9`); q's fragments
-    /// take the same permutation ([`load_q_fragments`]'s `PAIRED`).
-    fn k_operand(word: u32) -> [u32; 2];
-    /// V's B registers from a lane's transposed-`ldmatrix` word of 1-byte V (keys `2c, 2c + 1`,
-    /// dims `2u, 2u + 1`): the pair of keys at dim `2u` (the even-dim n-tile) and at `2u + 1`
-    /// (the odd-dim n-tile).
-    fn v_operands(word: u32) -> [u32; 2];
-}
-
-macro_rules! staged_in_place {
-    ($($t:ty),*) => {$(
-        impl StagedKv for $t {
-            const FP8: bool = false;
-            type Operand<Q: MmaElement> = Q;
-            fn k_operand(_: u32) -> [u32; 2] {
-                unreachable!("16-bit KV is its own operand (FP8 is false)")
-            }
-            fn v_operands(_: u32) -> [u32; 2] {
-                unreachable!("16-bit KV is its own operand (FP8 is false)")
-            }
-        }
-    )*};
-}
-staged_in_place!(f16, Bf16);
-
-macro_rules! staged_fp8 {
-    ($($t:ty),*) => {$(
-        impl StagedKv for $t {
-            const FP8: bool = true;
-            type Operand<Q: MmaElement> = f16;
-            #[inline(always)]
-            fn k_operand(word: u32) -> [u32; 2] {
-                [pair_to_f16_exact::<$t>(word, 0), pair_to_f16_exact::<$t>(word, 1)]
-            }
-            #[inline(always)]
-            fn v_operands(word: u32) -> [u32; 2] {
-                let by_dim = transpose_byte_pairs(word);
-                [pair_to_f16_exact::<$t>(by_dim, 0), pair_to_f16_exact::<$t>(by_dim, 1)]
-            }
-        }
-    )*};
-}
-staged_fp8!(F8E4M3, F8E5M2);
-
-/// A lane's `ldmatrix` rows and swizzled chunks in a stage (see the tile loop), for the
-/// key-rows layout's loads.
-struct KeyRowsLanes {
-    k_token: u32,
-    k_chunk: u32,
-    v_token: u32,
-    v_chunk: u32,
-    kv_row_bytes: u32,
-}
-
-/// `Sᵀ = K Qᵀ` over a warp's 16 K rows of a stage at `k_base` (the key-rows layout,
-/// `decode::key_rows`): the head-rows layout's `ldmatrix` loads, each word taken as the
-/// A fragment's (keys as rows) instead of B's; q as B (`qb`). Even and odd k-steps accumulate
-/// apart (two chains of mma half as long), summed at the end.
-///
-/// # Safety
-/// The warp's K rows of the stage have landed and are visible to it; every lane calls it.
-#[inline(always)]
-unsafe fn key_rows_logits<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
-    k_base: u32,
-    lanes: &KeyRowsLanes,
-    qb: &[[u32; 2]; KSTEPS],
-) -> [f32; 4] {
-    let mut acc = [[0.0f32; 4]; 2];
-    if KV::FP8 {
-        // One ldmatrix gives two k-steps (chunks 2kk, 2kk + 1 of 16 one-byte dims): words 0 / 1
-        // are keys 0-7 / 8-15 of the first, 2 / 3 of the second.
-        let k_row = k_base + lanes.v_token * lanes.kv_row_bytes;
-        unroll::<KSTEPS>(|kk| {
-            if kk < KSTEPS / 2 {
-                let b = ldmatrix_x4(k_row + (lanes.v_chunk ^ (2 * kk as u32)) * 16);
-                unroll::<2>(|h| {
-                    let (low, high) = (KV::k_operand(b[2 * h]), KV::k_operand(b[2 * h + 1]));
-                    acc[h] = M::mma([low[0], high[0], low[1], high[1]], qb[2 * kk + h], acc[h]);
-                });
-            }
-        });
-    } else {
-        // Words: keys 0-7 × dims +0, keys 0-7 × dims +8, keys 8-15 × +0, keys 8-15 × +8.
-        let k_row = k_base + lanes.k_token * lanes.kv_row_bytes;
-        unroll::<KSTEPS>(|k| {
-            let b = ldmatrix_x4(k_row + (lanes.k_chunk ^ (2 * k as u32)) * 16);
-            acc[k % 2] = M::mma([b[0], b[2], b[1], b[3]], qb[k], acc[k % 2]);
-        });
-    }
-    let mut s = [0.0f32; 4];
-    unroll::<4>(|e| s[e] = acc[0][e] + acc[1][e]);
-    s
-}
-
-/// `Oᵀ += Vᵀ Pᵀ` over a warp's 16 V rows of a stage at `v_base` (the key-rows layout): the
-/// head-rows layout's transposed `ldmatrix` loads as A fragments (dims as rows), `pt` as B. 16-bit
-/// V: m-tile `mt` is dims `16 mt ..`; 1-byte V: m-tile `mt` is chunk `mt`'s even dims (rows `g`)
-/// and odd dims (rows `g + 8`), as `store_key_rows_state`'s `PAIRED` reads them.
-///
-/// # Safety
-/// As [`key_rows_logits`], for the V rows.
-#[inline(always)]
-unsafe fn key_rows_accumulate<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
-    v_base: u32,
-    lanes: &KeyRowsLanes,
-    pt: [u32; 2],
-    ot: &mut [[f32; 4]; KSTEPS],
-) {
-    let v_row = v_base + lanes.v_token * lanes.kv_row_bytes;
-    if KV::FP8 {
-        // One transposed ldmatrix gives chunks mt, mt + 1: words keys 0-7 / 8-15 of each.
-        unroll::<KSTEPS>(|mt| {
-            if mt % 2 == 0 {
-                let b = ldmatrix_x4_trans(v_row + (lanes.v_chunk ^ mt as u32) * 16);
-                unroll::<2>(|c| {
-                    let (low, high) = (KV::v_operands(b[2 * c]), KV::v_operands(b[2 * c + 1]));
-                    ot[mt + c] = M::mma([low[0], low[1], high[0], high[1]], pt, ot[mt + c]);
-                });
-            }
-        });
-    } else {
-        // Words: keys 0-7 × dims +0, keys 8-15 × +0, keys 0-7 × +8, keys 8-15 × +8.
-        unroll::<KSTEPS>(|mt| {
-            let b = ldmatrix_x4_trans(v_row + (lanes.v_chunk ^ (2 * mt as u32)) * 16);
-            ot[mt] = M::mma([b[0], b[2], b[1], b[3]], pt, ot[mt]);
-        });
     }
 }
 

@@ -14,7 +14,7 @@ use crate::attention::planner::{TiledPointers, NO_SEQUENCE};
 use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitScale};
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
-use crate::kernels::decode::pipelined::StagedKv;
+use crate::kernels::kv_operand::StagedKv;
 use crate::kernels::prefill::tiled::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
 use crate::kernels::unroll;
 use crate::mma::MmaElement;

@@ -16,7 +16,7 @@ use super::producer::item_keys;
 use super::{converter_loads_ahead, ws_keys, CONVERTERS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::RpaParams;
-use crate::kernels::decode::pipelined::StagedKv;
+use crate::kernels::kv_operand::StagedKv;
 use crate::kernels::prefill::tiled::ItemRows;
 use crate::kernels::unroll;
 use crate::math::opaque_u32;

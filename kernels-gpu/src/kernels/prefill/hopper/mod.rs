@@ -75,7 +75,7 @@ pub mod trace;
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
 use crate::kernel;
-use crate::kernels::decode::pipelined::StagedKv;
+use crate::kernels::kv_operand::StagedKv;
 use crate::mma::MmaElement;
 use crate::num::{Bf16, F8E4M3, F8E5M2};
 use crate::shared::{dynamic_shared_mem, shared_address};
