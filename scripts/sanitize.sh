@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every compute-sanitizer tool (memcheck, racecheck, synccheck, initcheck) over the whole GPU
-# suite: each test of tests/gpu.rs on its own (case lists shrunk evenly by XGK_GPU_CASES_PERCENT,
+# suite: each test of tests/gpu/ on its own (case lists shrunk evenly by XGK_GPU_CASES_PERCENT,
 # default 25, so racecheck finishes), and the soak at XGK_SOAK_CALLS (default 2000) calls. Runs on
 # the GPU machine from the repository root with .gpu/ staged (scripts/stage_gpu.sh). Writes one
 # log per (tool, test) and a summary table to $OUT/sanitizers.md; exits non-zero if any tool
@@ -8,7 +8,8 @@
 # SANITIZE_SKIP lists tests left out, space separated (default: the memory-exhaustion test, which takes every byte
 # of device memory, the sanitizer's own included: it checks host-side error handling, no kernel).
 # SANITIZE_SOAK=0 leaves the soak out (when its binary is not carried). SANITIZE_TESTS names the
-# tests to run (space separated; default all). SANITIZE_JOBS (default 1) runs that many (tool,
+# tests to run (space separated, as `.gpu/bin/gpu --list` names them: `prefill::tiled_ws_kernel_small_cases`;
+# default all). SANITIZE_JOBS (default 1) runs that many (tool,
 # test) runs at once: the sanitizers are host-bound, so a 16-core machine checks several tests on
 # one GPU at a time (correctness only; nothing here is timed).
 set -uo pipefail
@@ -16,7 +17,7 @@ OUT=${OUT:-/tmp/xgk-out}; mkdir -p "$OUT"
 export XGK_GPU_CASES_PERCENT=${XGK_GPU_CASES_PERCENT:-25} XGK_SOAK_CALLS=${XGK_SOAK_CALLS:-2000}
 tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 limit=${SANITIZE_TIMEOUT:-500}
-skip=${SANITIZE_SKIP-scratch_allocation_failure_is_an_error_and_the_next_call_works}
+skip=${SANITIZE_SKIP-contract::scratch_allocation_failure_is_an_error_and_the_next_call_works}
 tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p' \
         | grep -vxFf <(tr ' ' '\n' <<< "$skip" | grep . || true))
 if [ -n "${SANITIZE_TESTS:-}" ]; then

@@ -9,7 +9,7 @@
 //!   `wgmma` tiles) and [`prefill::hopper`] (warp-specialized, TMA and `wgmma`: Hopper's prefill);
 //! - [`mix`]: a mixed batch's decode and prefill work in one launch;
 //! - [`wgmma_selftest`] and [`hgmma_queue_probe`] (sm_90a): the warpgroup MMA primitives checked
-//!   against the CPU (`tests/gpu.rs`), and how many of them a warpgroup issues before the issue
+//!   against the CPU (`tests/gpu/`), and how many of them a warpgroup issues before the issue
 //!   blocks (`benches/hgmma_queue.rs`);
 //! - [`kv_operand`]: how 16-bit and fp8 KV enter the tensor cores, shared by the pipelined decode,
 //!   the Hopper prefill and the mix;
