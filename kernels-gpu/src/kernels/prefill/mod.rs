@@ -2,4 +2,5 @@
 //! items of a mixed batch), planned on the device ([`crate::attention::planner`]).
 
 pub mod hopper;
+pub mod item;
 pub mod tiled;

@@ -15,7 +15,7 @@ use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitS
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
 use crate::kernels::kv_operand::StagedKv;
-use crate::kernels::prefill::tiled::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
+use crate::kernels::prefill::item::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
 use crate::kernels::unroll;
 use crate::mma::MmaElement;
 use crate::shared::{load_v4, store_v4};

@@ -17,7 +17,7 @@ use super::{converter_loads_ahead, ws_keys, CONVERTERS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::RpaParams;
 use crate::kernels::kv_operand::StagedKv;
-use crate::kernels::prefill::tiled::ItemRows;
+use crate::kernels::prefill::item::ItemRows;
 use crate::kernels::unroll;
 use crate::math::opaque_u32;
 use crate::shared::{load_v4, store_v4};

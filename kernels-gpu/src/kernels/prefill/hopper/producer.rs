@@ -9,7 +9,7 @@ use super::{ws_keys, CONSUMER_M, MAX_CONSUMERS, WS_BLOCK_KEYS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::{page_is_valid, RpaParams};
 use crate::copy::{commit_group, cp_async_16, wait_all, CopyHint};
-use crate::kernels::prefill::tiled::ItemRows;
+use crate::kernels::prefill::item::ItemRows;
 use crate::kernels::unroll;
 use crate::tma::{self};
 use crate::warp::{lane_id, sync_warp, warp_ballot};
