@@ -1,9 +1,10 @@
 //! CUDA runtime for custom calls: driver loading, the kernels' code loaded once per CUDA context
 //! (a cubin, or PTX one kernel at a time: [`images`]), launches on a stream we do not own.
 //!
-//! - The driver is reached through `cudarc`'s dynamically loaded bindings, so building or loading
-//!   the shared library needs nothing CUDA. cudarc panics when libcuda is absent, so every entry
-//!   first goes through [`ensure_driver`], which turns that into [`Error::NoDriver`].
+//! - The driver ([`driver`]) is reached through `cudarc`'s dynamically loaded bindings, so
+//!   building or loading the shared library needs nothing CUDA. cudarc panics when libcuda is
+//!   absent, so every entry first goes through [`ensure_driver`], which turns that into
+//!   [`Error::NoDriver`].
 //! - XLA hands us a `CUstream`; the module must be loaded in *that stream's* context
 //!   (`cuStreamGetCtx`), which need not be the thread's current one. Modules are cached per
 //!   `CUcontext` behind a mutex (candle keeps one module store per device the same way).
@@ -12,86 +13,25 @@
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUmodule, CUstream};
 
 use crate::error::{Error, Result};
 
+mod driver;
 mod images;
 mod kernel_args;
 mod tensor_map;
+use driver::{device_holding, stream_context, ContextGuard};
+pub use driver::{ensure_driver, stream_is_capturing};
 pub use images::{CubinImage, ImageTarget, KernelImages, PtxImage};
 pub use kernel_args::{ArgPointers, KernelArgs};
 pub use tensor_map::{MapElement, TiledTensorMap};
 
 pub use cudarc::driver::sys::CUfunction;
 pub use cudarc::driver::sys::CUstream as Stream;
-
-/// Every driver entry point the library calls (through cudarc, which looks each up on first use
-/// and panics when one is missing): checked once, up front, so an older or partial driver is a
-/// clear error rather than a caught panic in the middle of a launch.
-const REQUIRED_ENTRY_POINTS: [&str; 23] = [
-    "cuInit",
-    "cuGetErrorString",
-    "cuGetErrorName",
-    "cuDeviceGet",
-    "cuDeviceGetAttribute",
-    "cuDevicePrimaryCtxRetain",
-    "cuCtxGetCurrent",
-    "cuCtxGetDevice",
-    "cuCtxGetId",
-    "cuCtxPushCurrent_v2",
-    "cuCtxPopCurrent_v2",
-    "cuStreamGetCtx",
-    "cuPointerGetAttribute",
-    "cuModuleLoadData",
-    "cuModuleGetFunction",
-    "cuFuncSetAttribute",
-    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-    "cuOccupancyMaxActiveClusters",
-    "cuLaunchKernel",
-    "cuLaunchKernelEx",
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuDriverGetVersion",
-];
-
-/// Why the driver cannot be used (kept for the process: the answer does not change).
-#[derive(Clone, Debug)]
-enum DriverProblem {
-    /// No libcuda at all.
-    Absent,
-    /// libcuda without an entry point we need, or `cuInit` failed.
-    Unusable(String),
-}
-
-/// Loads libcuda, checks its entry points and calls `cuInit`, once per process.
-pub fn ensure_driver() -> Result<()> {
-    static INIT: OnceLock<std::result::Result<(), DriverProblem>> = OnceLock::new();
-    let outcome = INIT.get_or_init(|| {
-        // SAFETY: only probes whether the library can be opened.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(DriverProblem::Absent);
-        }
-        // SAFETY: the library is present (checked above); `get` only looks symbols up.
-        let lib = unsafe { sys::culib() };
-        if let Some(missing) =
-            REQUIRED_ENTRY_POINTS.iter().find(|name| unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err())
-        {
-            return Err(DriverProblem::Unusable(format!(
-                "libcuda has no entry point {missing} (a driver older than CUDA 12.0?)"
-            )));
-        }
-        cu::init().map_err(|e| DriverProblem::Unusable(Error::cuda("cuInit", e).to_string()))
-    });
-    match outcome {
-        Ok(()) => Ok(()),
-        Err(DriverProblem::Absent) => Err(Error::NoDriver),
-        Err(DriverProblem::Unusable(msg)) => Err(Error::Driver(msg.clone())),
-    }
-}
 
 /// Environment variable naming the PTX image to load (an `arch` of the embedded PTX images, such
 /// as `sm_80` or `sm_90a`) instead of the most specific code that runs on the device, native code
@@ -747,82 +687,6 @@ impl LaunchAttributes {
             hStream: stream,
             attrs: self.array.as_mut_ptr(),
             numAttrs: self.n as u32,
-        }
-    }
-}
-
-/// The context that owns `stream` (the current context for the legacy NULL stream).
-///
-/// # Safety
-/// As [`KernelModule::for_stream`].
-unsafe fn stream_context(stream: CUstream) -> Result<CUcontext> {
-    let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: out-pointer to a local; the stream is live (caller's contract).
-    unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }.result().map_err(|e| Error::cuda("cuStreamGetCtx", e))?;
-    if ctx.is_null() {
-        return Err(Error::invalid("the stream has no CUDA context"));
-    }
-    Ok(ctx)
-}
-
-/// The ordinal of the CUDA device whose memory holds `data` (`cuPointerGetAttribute`); an error
-/// for a host pointer or one the driver does not know.
-///
-/// # Safety
-/// The driver only looks the address up; any value is safe to pass.
-unsafe fn device_holding(data: *const c_void) -> Result<i32> {
-    let mut ordinal: i32 = -1;
-    // SAFETY: out-pointer to a local of the attribute's type (int).
-    unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            data as sys::CUdeviceptr,
-        )
-    }
-    .result()
-    .map_err(|e| Error::cuda("cuPointerGetAttribute (the device of a buffer on the legacy default stream)", e))?;
-    if ordinal < 0 {
-        return Err(Error::invalid("a buffer on the legacy default stream is not in any CUDA device's memory"));
-    }
-    Ok(ordinal)
-}
-
-/// Whether `stream` is being captured into a CUDA graph (`cuStreamIsCapturing`: active, or a
-/// capture already invalidated, which fails at its end whatever is enqueued). Work enqueued under
-/// capture is paid for in host time once, at the capture, and in device time at every replay.
-///
-/// # Safety
-/// As [`KernelModule::for_stream`].
-pub unsafe fn stream_is_capturing(stream: CUstream) -> Result<bool> {
-    // SAFETY: the stream is live (caller's contract).
-    let status = unsafe { cu::stream::is_capturing(stream) }.map_err(|e| Error::cuda("cuStreamIsCapturing", e))?;
-    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-}
-
-/// Makes a context current for a scope, restoring the previous one on drop.
-struct ContextGuard {
-    pushed: bool,
-}
-
-impl ContextGuard {
-    fn push(ctx: CUcontext) -> Result<Self> {
-        let current = cu::ctx::get_current().map_err(|e| Error::cuda("cuCtxGetCurrent", e))?;
-        if current == Some(ctx) {
-            return Ok(ContextGuard { pushed: false });
-        }
-        // SAFETY: ctx is a live context obtained from the driver.
-        unsafe { sys::cuCtxPushCurrent_v2(ctx) }.result().map_err(|e| Error::cuda("cuCtxPushCurrent", e))?;
-        Ok(ContextGuard { pushed: true })
-    }
-}
-
-impl Drop for ContextGuard {
-    fn drop(&mut self) {
-        if self.pushed {
-            let mut popped = std::ptr::null_mut();
-            // SAFETY: pops the context pushed in `push`.
-            let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
         }
     }
 }
