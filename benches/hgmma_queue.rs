@@ -12,7 +12,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaStream, DevicePtr};
-use kernels_gpu::kernels::hgmma_queue_probe::{HGMMA_QUEUE_PROBE_MAX, HGMMA_QUEUE_PROBE_SHARED_BYTES, PROBE_WORDS};
+use kernels_gpu::kernels::hgmma_queue_probe::{
+    HGMMA_QUEUE_PROBE_MAX, HGMMA_QUEUE_PROBE_SHARED_BYTES, HGMMA_QUEUE_PROBE_WORDS,
+};
 use xla_gpu_kernels::host::runtime::{KernelArgs, LaunchConfig};
 use xla_gpu_kernels::KERNELS;
 
@@ -46,7 +48,7 @@ fn main() {
         );
         return;
     }
-    let out = stream.alloc_zeros::<u64>(2 * PROBE_WORDS).expect("allocate");
+    let out = stream.alloc_zeros::<u64>(2 * HGMMA_QUEUE_PROBE_WORDS).expect("allocate");
     let issued = HGMMA_QUEUE_PROBE_MAX as usize;
     println!("cycles from the block's first start: the return of each product's issue (1..{issued}), then all done");
     // (what, issuing warpgroups, staggered, A in registers)
@@ -60,7 +62,7 @@ fn main() {
     ];
     for (what, issuers, staggered, a_in_registers) in configs {
         // Per warpgroup and word: the runs' cycles from the block's earliest start.
-        let mut samples = vec![vec![Vec::new(); PROBE_WORDS - 1]; issuers as usize];
+        let mut samples = vec![vec![Vec::new(); HGMMA_QUEUE_PROBE_WORDS - 1]; issuers as usize];
         for run in 0..RUNS {
             let mut args = KernelArgs::new();
             args.push(out.device_ptr(&stream).0).push(issuers).push(staggered).push(a_in_registers);
@@ -75,10 +77,10 @@ fn main() {
             if run == 0 {
                 continue;
             }
-            let start = (0..issuers as usize).map(|w| words[w * PROBE_WORDS]).min().unwrap();
+            let start = (0..issuers as usize).map(|w| words[w * HGMMA_QUEUE_PROBE_WORDS]).min().unwrap();
             for (w, per_word) in samples.iter_mut().enumerate() {
                 for (i, s) in per_word.iter_mut().enumerate() {
-                    s.push(words[w * PROBE_WORDS + i] as i64 - start as i64);
+                    s.push(words[w * HGMMA_QUEUE_PROBE_WORDS + i] as i64 - start as i64);
                 }
             }
         }

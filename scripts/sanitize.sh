@@ -18,8 +18,12 @@ export XGK_GPU_CASES_PERCENT=${XGK_GPU_CASES_PERCENT:-25} XGK_SOAK_CALLS=${XGK_S
 tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 limit=${SANITIZE_TIMEOUT:-500}
 skip=${SANITIZE_SKIP-contract::scratch_allocation_failure_is_an_error_and_the_next_call_works}
-tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p' \
-        | grep -vxFf <(tr ' ' '\n' <<< "$skip" | grep . || true))
+all_tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p')
+# Names as `--list` gives them (`module::test`): a name that is no test is an error, not a skip
+# that silently skips nothing.
+unknown=$(tr ' ' '\n' <<< "$skip" | grep . | grep -vxFf <(echo "$all_tests") || true)
+[ -z "$unknown" ] || { echo "sanitize.sh: SANITIZE_SKIP names no GPU test: $unknown" >&2; exit 2; }
+tests=$(grep -vxFf <(tr ' ' '\n' <<< "$skip" | grep . || true) <<< "$all_tests")
 if [ -n "${SANITIZE_TESTS:-}" ]; then
   missing=$(tr ' ' '\n' <<< "$SANITIZE_TESTS" | grep . | grep -vxFf <(echo "$tests") || true)
   [ -z "$missing" ] || { echo "sanitize.sh: no such GPU test: $missing" >&2; exit 2; }
@@ -37,7 +41,9 @@ rows=$(mktemp -d)
 } > "$OUT/sanitizers.md"
 run() { # tool, label, command...: one table row in $rows/<tool>-<label>
   local tool=$1 label=$2; shift 2
-  local log="$OUT/san-$tool-$label.log" start=$SECONDS
+  # Files named without the test path's colons (`decode::x` -> `decode.x`).
+  local file=${label//::/.}
+  local log="$OUT/san-$tool-$file.log" start=$SECONDS
   timeout -k 10 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" > "$log" 2>&1
   local rc=$?
   # racecheck reports "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)", the others
@@ -48,7 +54,7 @@ run() { # tool, label, command...: one table row in $rows/<tool>-<label>
     124|137) result="FAILED: timed out after ${limit}s (${summary:-no summary})" ;;
     *) result="FAILED rc=$rc (${summary:-see log})" ;;
   esac
-  echo "| $tool | $label | $result | $((SECONDS - start)) |" > "$rows/$tool-$label"
+  echo "| $tool | $label | $result | $((SECONDS - start)) |" > "$rows/$tool-$file"
 }
 throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done; }
 for tool in $tools; do

@@ -21,9 +21,11 @@ fn ptx_exports_every_kernel() {
         assert!(image.ptx.ends_with('\0'));
         check_exports(image.ptx, image.arch);
         check_grid_dependency(image);
-        // The warpgroup MMA self-test (tests/gpu/) exists in the Hopper image only.
+        // The warpgroup MMA self-test (tests/gpu/runtime.rs) and the queue probe exist in the
+        // Hopper image only.
         let hopper = image.has_grid_dependency_control();
         assert_eq!(image.ptx.contains(".entry wgmma_selftest_bf16("), hopper, "{}", image.arch);
+        assert_eq!(image.ptx.contains(".entry hgmma_queue_probe("), hopper, "{}", image.arch);
         assert_eq!(image.ptx.contains("wgmma.mma_async.sync.aligned"), hopper, "{}", image.arch);
         // The warp-specialized kernels' plan too.
         assert_eq!(image.ptx.contains(".entry rpa_plan_ws("), hopper, "{}", image.arch);

@@ -4,7 +4,7 @@
 //! (scripts/gpu_check.sh does, on the lent GPU machine).
 //!
 //! By concern: [`contract`] (the op whatever kernel serves it), [`decode`], [`prefill`] and
-//! [`runtime`] (the module store, kernel images, programmatic launches); this file is their
+//! [`runtime`] (the simple add, the kernel images, programmatic launches, the `wgmma` primitives); this file is their
 //! harness: device buffers, the kernels that apply to a case, calls with a poisoned output and
 //! workspace, settings switched for one test.
 

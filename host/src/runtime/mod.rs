@@ -20,6 +20,7 @@ use cudarc::driver::sys::{self, CUcontext, CUdevice_attribute, CUmodule, CUstrea
 
 use crate::error::{Error, Result};
 
+// The driver's entry points the library needs are listed and checked in `driver.rs`.
 mod driver;
 mod images;
 mod kernel_args;

@@ -12,7 +12,7 @@
 //! has returned, as the consumers' turns order them.
 //!
 //! Launch: one block of 256 threads (two warpgroups), [`HGMMA_QUEUE_PROBE_SHARED_BYTES`] of
-//! dynamic shared memory; `out` has room for 2 x [`PROBE_WORDS`] `u64`.
+//! dynamic shared memory; `out` has room for 2 x [`HGMMA_QUEUE_PROBE_WORDS`] `u64`.
 
 use super::unroll;
 use crate::barrier::{self, ids};
@@ -35,7 +35,7 @@ pub const HGMMA_QUEUE_PROBE_MAX: u32 = 16;
 
 /// Words a warpgroup writes: the clock at its start, after each product's issue and once all are
 /// done, then a word of the product.
-pub const PROBE_WORDS: usize = HGMMA_QUEUE_PROBE_MAX as usize + 3;
+pub const HGMMA_QUEUE_PROBE_WORDS: usize = HGMMA_QUEUE_PROBE_MAX as usize + 3;
 
 /// [`HGMMA_QUEUE_PROBE_MAX`] `m64n128k16` products issued back to back (A from shared memory, or
 /// from registers: the P V's form), one commit, then their completion awaited. Returns the clock
@@ -46,8 +46,8 @@ pub const PROBE_WORDS: usize = HGMMA_QUEUE_PROBE_MAX as usize + 3;
 /// Every thread of the warpgroup calls it alike, `a` and `b` descriptors of zeroed, published
 /// shared memory; with `arrive`, the other warpgroup syncs on [`ids::PROBE_TURN`].
 #[inline(always)]
-unsafe fn timed<const A_IN_REGISTERS: bool>(a: u64, b: u64, arrive: bool) -> [u64; PROBE_WORDS] {
-    let mut times = [0u64; PROBE_WORDS];
+unsafe fn timed<const A_IN_REGISTERS: bool>(a: u64, b: u64, arrive: bool) -> [u64; HGMMA_QUEUE_PROBE_WORDS] {
+    let mut times = [0u64; HGMMA_QUEUE_PROBE_WORDS];
     let mut acc = [0.0f32; 64];
     // A's registers written once, before the fence: ptxas serializes every `wgmma` of a kernel
     // in which a later one's A registers are written while one is in flight (NOTES "v5").
@@ -71,19 +71,19 @@ unsafe fn timed<const A_IN_REGISTERS: bool>(a: u64, b: u64, arrive: bool) -> [u6
     wait_group::<0>();
     keep_accumulator(&mut acc);
     keep_fragments(&mut p);
-    times[PROBE_WORDS - 2] = clock64();
-    times[PROBE_WORDS - 1] = acc[0].to_bits() as u64;
+    times[HGMMA_QUEUE_PROBE_WORDS - 2] = clock64();
+    times[HGMMA_QUEUE_PROBE_WORDS - 1] = acc[0].to_bits() as u64;
     times
 }
 
 /// The probe (see the module docs): `issuers` warpgroups issuing (1 or 2), `staggered` (the
 /// second after the first's issue has returned), `a_in_registers` (the P V's form, else both
-/// operands in shared memory as S's). Warpgroup `w` writes its [`PROBE_WORDS`] at
-/// `out + w * PROBE_WORDS`.
+/// operands in shared memory as S's). Warpgroup `w` writes its [`HGMMA_QUEUE_PROBE_WORDS`] at
+/// `out + w * HGMMA_QUEUE_PROBE_WORDS`.
 ///
 /// # Safety
-/// `out` a device pointer with room for 2 x [`PROBE_WORDS`] `u64`; one block of 256 threads with
-/// [`HGMMA_QUEUE_PROBE_SHARED_BYTES`] of dynamic shared memory.
+/// `out` a device pointer with room for 2 x [`HGMMA_QUEUE_PROBE_WORDS`] `u64`; one block of 256
+/// threads with [`HGMMA_QUEUE_PROBE_SHARED_BYTES`] of dynamic shared memory.
 #[cfg(any(xgk_sm90, not(target_arch = "nvptx64")))]
 #[kernel]
 pub unsafe fn hgmma_queue_probe(out: *mut u64, issuers: u32, staggered: u32, a_in_registers: u32) {
@@ -112,7 +112,7 @@ pub unsafe fn hgmma_queue_probe(out: *mut u64, issuers: u32, staggered: u32, a_i
     let arrive = second_waits && group == 0;
     let times = if a_in_registers != 0 { timed::<true>(a, b, arrive) } else { timed::<false>(a, b, arrive) };
     if tid.is_multiple_of(128) {
-        let at = out.add(PROBE_WORDS * group as usize);
-        unroll::<PROBE_WORDS>(|w| *at.add(w) = times[w]);
+        let at = out.add(HGMMA_QUEUE_PROBE_WORDS * group as usize);
+        unroll::<HGMMA_QUEUE_PROBE_WORDS>(|w| *at.add(w) = times[w]);
     }
 }

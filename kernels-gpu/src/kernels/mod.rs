@@ -6,10 +6,11 @@
 //!   ([`decode::pipelined`], in the head-rows or [`decode::key_rows`] layout), and how their
 //!   warps and splits merge into the output ([`decode::merge`], the merge kernels with it);
 //! - [`prefill`]: the query-tile kernels: [`prefill::tiled`] (sm_80 `mma.sync` tiles, and the
-//!   `wgmma` tiles) and [`prefill::hopper`] (warp-specialized, TMA and `wgmma`: Hopper's prefill);
+//!   `wgmma` tiles) and [`prefill::hopper`] (warp-specialized, TMA and `wgmma`: Hopper's prefill),
+//!   with the tile item's rows, stores and P V product in [`prefill::item`];
 //! - [`mix`]: a mixed batch's decode and prefill work in one launch;
 //! - [`wgmma_selftest`] and [`hgmma_queue_probe`] (sm_90a): the warpgroup MMA primitives checked
-//!   against the CPU (`tests/gpu/`), and how many of them a warpgroup issues before the issue
+//!   against the CPU (`tests/gpu/runtime.rs`), and how many of them a warpgroup issues before the issue
 //!   blocks (`benches/hgmma_queue.rs`);
 //! - [`kv_operand`]: how 16-bit and fp8 KV enter the tensor cores, shared by the pipelined decode,
 //!   the Hopper prefill and the mix;

@@ -1,6 +1,6 @@
 //! Self-test of the warpgroup MMA primitives ([`crate::wgmma`]), in the sm_90a image only: one
 //! warpgroup multiplies small bf16 tiles with the operand layouts a Hopper prefill kernel uses and
-//! writes the f32 products; `tests/gpu/` compares them with the CPU. The descriptors' byte
+//! writes the f32 products; `tests/gpu/runtime.rs` compares them with the CPU. The descriptors' byte
 //! offsets come from the host, so one run can check the documented encoding and tell a wrong one
 //! from a wrong layout.
 //!

@@ -13,6 +13,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::dtype::{DType, TensorRef};
 use crate::error::{Error, Result};
 
+pub mod testing;
+
 /// `XLA_FFI_Api_Version`.
 #[repr(C)]
 pub struct ApiVersion {
@@ -470,8 +472,6 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         "unknown panic".into()
     }
 }
-
-pub mod testing;
 
 #[cfg(test)]
 mod tests {

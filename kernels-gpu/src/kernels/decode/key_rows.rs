@@ -163,14 +163,14 @@ pub(crate) unsafe fn store_key_rows_state<const MT: usize, const PAIRED: bool>(
     });
 }
 
-/// A lane's `ldmatrix` rows and swizzled chunks in a stage (see the tile loop), for the
-/// key-rows layout's loads.
-pub(crate) struct KeyRowsLanes {
-    pub(crate) k_token: u32,
-    pub(crate) k_chunk: u32,
-    pub(crate) v_token: u32,
-    pub(crate) v_chunk: u32,
-    pub(crate) kv_row_bytes: u32,
+/// A lane's `ldmatrix` rows and swizzled chunks in a stage (computed before the tile loop of
+/// [`super::pipelined`]'s `rpa_pipelined_on`), for the key-rows layout's loads.
+pub(super) struct KeyRowsLanes {
+    pub(super) k_token: u32,
+    pub(super) k_chunk: u32,
+    pub(super) v_token: u32,
+    pub(super) v_chunk: u32,
+    pub(super) kv_row_bytes: u32,
 }
 
 /// `Sᵀ = K Qᵀ` over a warp's 16 K rows of a pipelined kernel's stage at `k_base`: the head-rows
@@ -181,7 +181,7 @@ pub(crate) struct KeyRowsLanes {
 /// # Safety
 /// The warp's K rows of the stage have landed and are visible to it; every lane calls it.
 #[inline(always)]
-pub(crate) unsafe fn key_rows_logits<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
+pub(super) unsafe fn key_rows_logits<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
     k_base: u32,
     lanes: &KeyRowsLanes,
     qb: &[[u32; 2]; KSTEPS],
@@ -221,7 +221,7 @@ pub(crate) unsafe fn key_rows_logits<M: MmaElement, KV: StagedKv, const KSTEPS: 
 /// # Safety
 /// As [`key_rows_logits`], for the V rows.
 #[inline(always)]
-pub(crate) unsafe fn key_rows_accumulate<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
+pub(super) unsafe fn key_rows_accumulate<M: MmaElement, KV: StagedKv, const KSTEPS: usize>(
     v_base: u32,
     lanes: &KeyRowsLanes,
     pt: [u32; 2],

@@ -10,6 +10,8 @@
 //!   [`rpa_combine_groups`] for many).
 //!
 //! Every decode kernel ([`super::general`], [`super::mma`], [`super::pipelined`]) ends here.
+//! Invalid metadata never leads outside the buffers: every index into the output, the partials,
+//! their log-sum-exps and the split counters is bounded by the static shapes in [`RpaParams`].
 
 use crate::attention::{launch_tagged_word, split_counters_offset, RpaParams};
 use crate::gpu_scope;

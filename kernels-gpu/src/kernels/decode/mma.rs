@@ -1,6 +1,6 @@
 //! Ragged paged attention on tensor cores (`mma.sync.m16n8k16`), for f16/bf16 queries and head
-//! dims up to 128 (multiples of 16). Same contract, blocks and splits as
-//! [`super::paged_attention`], which stays the general kernel (f32 queries, head_dim > 128).
+//! dims up to 128 (multiples of 16). Same contract, blocks and splits as [`super::general`], which
+//! stays the general kernel (f32 queries, head_dim > 128).
 //!
 //! Per block (query row `t`, KV head `g`, up to 16 query heads of `g`, key split): the query heads
 //! are the 16 rows of the mma tile (a GQA group of 4 fills 4 of them: tensor cores have throughput
@@ -9,8 +9,8 @@
 //! statistics reduced over the 4 lanes of a quad), `O += P · V` with P rounded to q's dtype (as the
 //! reference rounds probabilities to the value dtype). K and V fragments are read straight from
 //! the pages: a K fragment register is two adjacent dims of one key (4 bytes); a V fragment
-//! register is one dim of two adjacent keys. Warps merge through shared memory as in the general
-//! kernel.
+//! register is one dim of two adjacent keys. Warps merge through shared memory as every decode
+//! kernel's do ([`super::merge::merge_warps_and_store`]).
 
 use crate::attention::RpaParams;
 use crate::math::{tanh_fast, LOG2_E};
