@@ -21,9 +21,10 @@ skip=${SANITIZE_SKIP-contract::scratch_allocation_failure_is_an_error_and_the_ne
 all_tests=$(.gpu/bin/gpu --list --include-ignored 2>/dev/null | sed -n 's/: test$//p')
 # Names as `--list` gives them (`module::test`): a name that is no test is an error, not a skip
 # that silently skips nothing.
-unknown=$(tr ' ' '\n' <<< "$skip" | grep . | grep -vxFf <(echo "$all_tests") || true)
+skipped=$(tr ' ' '\n' <<< "$skip" | grep . || true)
+unknown=$(grep -vxFf <(echo "$all_tests") <<< "$skipped" | grep . || true)
 [ -z "$unknown" ] || { echo "sanitize.sh: SANITIZE_SKIP names no GPU test: $unknown" >&2; exit 2; }
-tests=$(grep -vxFf <(tr ' ' '\n' <<< "$skip" | grep . || true) <<< "$all_tests")
+tests=$(grep -vxFf <(echo "$skipped") <<< "$all_tests" || true)
 if [ -n "${SANITIZE_TESTS:-}" ]; then
   missing=$(tr ' ' '\n' <<< "$SANITIZE_TESTS" | grep . | grep -vxFf <(echo "$tests") || true)
   [ -z "$missing" ] || { echo "sanitize.sh: no such GPU test: $missing" >&2; exit 2; }

@@ -26,9 +26,14 @@ use crate::wgmma::{
     mma_m64n128k16_ss, wait_group, Swizzle,
 };
 
-/// Dynamic shared memory of the probe: A (64 x 64 bf16, 8 KiB) and B (128 x 64, 16 KiB), zeroed,
-/// plus 1 KiB to align them to the swizzle's 1024 bytes.
-pub const HGMMA_QUEUE_PROBE_SHARED_BYTES: u32 = 24 * 1024 + 1024;
+/// A's tile in shared memory: 64 x 64 bf16 (one k-step's 16 columns are what a product reads).
+const A_BYTES: u32 = 64 * 64 * 2;
+/// B's tile, after A's: 128 x 64 bf16.
+const B_BYTES: u32 = 128 * 64 * 2;
+
+/// Dynamic shared memory of the probe: A and B, zeroed, plus 1 KiB to align them to the swizzle's
+/// 1024 bytes.
+pub const HGMMA_QUEUE_PROBE_SHARED_BYTES: u32 = A_BYTES + B_BYTES + 1024;
 
 /// The products a warpgroup issues in a row.
 pub const HGMMA_QUEUE_PROBE_MAX: u32 = 16;
@@ -93,7 +98,7 @@ pub unsafe fn hgmma_queue_probe(out: *mut u64, issuers: u32, staggered: u32, a_i
     let pad = (1024 - (shared_address(smem) & 1023)) & 1023;
     let tile = smem.add(pad as usize);
     let mut i = tid;
-    while i < 24 * 1024 / 16 {
+    while i < (A_BYTES + B_BYTES) / 16 {
         *(tile.add(16 * i as usize) as *mut [u32; 4]) = [0; 4];
         i += 256;
     }
@@ -103,7 +108,7 @@ pub unsafe fn hgmma_queue_probe(out: *mut u64, issuers: u32, staggered: u32, a_i
         return;
     }
     let a = descriptor(shared_address(tile), 16, 8 * 128, Swizzle::Bytes128);
-    let b = descriptor(shared_address(tile) + 8 * 1024, 16, 8 * 128, Swizzle::Bytes128);
+    let b = descriptor(shared_address(tile) + A_BYTES, 16, 8 * 128, Swizzle::Bytes128);
     // The second warpgroup's turn (staggered): once the first's issue has returned.
     let second_waits = staggered != 0 && issuers == 2;
     if second_waits && group == 1 {
