@@ -39,6 +39,19 @@ pub unsafe fn shared_address<T>(ptr: *const T) -> u32 {
     }
 }
 
+/// What a 128-byte-swizzled tile's start in shared memory must be a multiple of: the swizzle
+/// permutes 16-byte chunks by address bits 7-9, so `wgmma` descriptors and the bulk tensor copies
+/// assume its 8-row, 1024-byte atom starts on such a boundary. Dynamic shared memory is only
+/// 16-byte aligned: a kernel with swizzled tiles asks for this many bytes more and starts its
+/// tiles at [`align_swizzle_128b`].
+pub const SWIZZLE_128B_ALIGN: u32 = 1024;
+
+/// `address` (shared state space) rounded up to [`SWIZZLE_128B_ALIGN`].
+#[inline(always)]
+pub const fn align_swizzle_128b(address: u32) -> u32 {
+    (address + (SWIZZLE_128B_ALIGN - 1)) & !(SWIZZLE_128B_ALIGN - 1)
+}
+
 /// Reads 16 bytes at a shared-state-space address (`ld.shared.v4.b32`): what a generic pointer
 /// cannot promise, a single vector load from an address that [`crate::mma::stmatrix_x4`] or
 /// another asm write filled.

@@ -19,7 +19,7 @@ use crate::barrier::{self, ids};
 use crate::kernel;
 use crate::math::opaque_u32;
 use crate::num::Bf16;
-use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::shared::{align_swizzle_128b, dynamic_shared_mem, shared_address, SWIZZLE_128B_ALIGN};
 use crate::thread::{clock64, sync_threads, thread_idx_x};
 use crate::wgmma::{
     commit_group, descriptor, fence, fence_proxy_async_shared, keep_accumulator, keep_fragments, mma_m64n128k16_rs,
@@ -33,7 +33,7 @@ const B_BYTES: u32 = 128 * 64 * 2;
 
 /// Dynamic shared memory of the probe: A and B, zeroed, plus 1 KiB to align them to the swizzle's
 /// 1024 bytes.
-pub const HGMMA_QUEUE_PROBE_SHARED_BYTES: u32 = A_BYTES + B_BYTES + 1024;
+pub const HGMMA_QUEUE_PROBE_SHARED_BYTES: u32 = A_BYTES + B_BYTES + SWIZZLE_128B_ALIGN;
 
 /// The products a warpgroup issues in a row.
 pub const HGMMA_QUEUE_PROBE_MAX: u32 = 16;
@@ -95,7 +95,7 @@ pub unsafe fn hgmma_queue_probe(out: *mut u64, issuers: u32, staggered: u32, a_i
     let tid = thread_idx_x();
     let group = tid / 128;
     let smem: *mut u8 = dynamic_shared_mem();
-    let pad = (1024 - (shared_address(smem) & 1023)) & 1023;
+    let pad = align_swizzle_128b(shared_address(smem)) - shared_address(smem);
     let tile = smem.add(pad as usize);
     let mut i = tid;
     while i < (A_BYTES + B_BYTES) / 16 {

@@ -19,7 +19,7 @@
 use super::{load_vec, unroll};
 use crate::kernel;
 use crate::num::Bf16;
-use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::shared::{align_swizzle_128b, dynamic_shared_mem, shared_address, SWIZZLE_128B_ALIGN};
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::warp::{lane_id, WARP_SIZE};
 use crate::wgmma::{
@@ -29,7 +29,7 @@ use crate::wgmma::{
 
 /// Dynamic shared memory of the self-test: two 8 KiB operand tiles (mode 0) or one 16 KiB one
 /// (mode 1), plus 1 KiB to align them to the swizzle's 1024 bytes.
-pub const WGMMA_SELFTEST_SHARED_BYTES: u32 = 16 * 1024 + 1024;
+pub const WGMMA_SELFTEST_SHARED_BYTES: u32 = 16 * 1024 + SWIZZLE_128B_ALIGN;
 
 /// Copies `src` (`rows` x `cols` 16-bit elements, row-major, `cols` a multiple of 64) into shared
 /// memory at `dst` as 128-byte-swizzled column blocks: block `kb` (columns `64kb..64kb+64`) at
@@ -100,7 +100,7 @@ pub unsafe fn wgmma_selftest_bf16(
     let (g, c) = (lane / 4, lane % 4);
     let row = 16 * warp + g; // and row + 8
     let smem: *mut u8 = dynamic_shared_mem();
-    let pad = (1024 - (shared_address(smem) & 1023)) & 1023;
+    let pad = align_swizzle_128b(shared_address(smem)) - shared_address(smem);
     let tile = smem.add(pad as usize);
     let tile_address = shared_address(tile);
     if mode == 0 {

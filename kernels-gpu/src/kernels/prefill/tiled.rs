@@ -34,7 +34,7 @@ use crate::kernel;
 use crate::math::FastDiv;
 use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, MmaElement};
 use crate::num::Bf16;
-use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::shared::{align_swizzle_128b, dynamic_shared_mem, shared_address, SWIZZLE_128B_ALIGN};
 use crate::thread::{block_idx_x, block_idx_y, grid_dim_x, sync_threads, thread_idx_x};
 use crate::warp::{lane_id, warp_ballot, WARP_SIZE};
 
@@ -77,7 +77,7 @@ pub const fn tiled_shared_bytes(head_dim: u32) -> u32 {
 /// 1024 bytes. At head_dim 128, 113 KiB: two blocks fill an H100 multiprocessor's 228 KiB with
 /// the driver's 1 KiB per block.
 pub const fn tiled_wgmma_shared_bytes(head_dim: u32) -> u32 {
-    tiled_shared_bytes(head_dim) + TILE_M * head_dim * 2 + 1024
+    tiled_shared_bytes(head_dim) + TILE_M * head_dim * 2 + SWIZZLE_128B_ALIGN
 }
 
 /// Calls `f(seq, first row, rows, KV head)` for the block's items: item `blockIdx.x` of the plan
@@ -189,10 +189,10 @@ unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
     let tokens_per_pass = TILE_THREADS / 4;
     let smem = dynamic_shared_mem::<f32>();
     // The 128-byte swizzle is defined on address bits, so the wgmma stages start on a 1024-byte
-    // boundary (the launch gives WG kernels 1 KiB more for this); the ldmatrix permutation needs
+    // boundary (the launch gives WG kernels `SWIZZLE_128B_ALIGN` more for this); the ldmatrix permutation needs
     // 256-byte alignment, which the dynamic shared memory of these kernels (no static shared
     // memory) has.
-    let smem_base = if WG { (shared_address(smem) + 1023) & !1023 } else { shared_address(smem) };
+    let smem_base = if WG { align_swizzle_128b(shared_address(smem)) } else { shared_address(smem) };
     let kv = ptr.kv as *const u8;
     let token_stride = 2 * p.num_kv_heads as usize * D * 2;
     let head_offset = 2 * g as usize * D * 2;

@@ -78,7 +78,7 @@ use crate::kernel;
 use crate::kernels::kv_operand::StagedKv;
 use crate::mma::MmaElement;
 use crate::num::{Bf16, F8E4M3, F8E5M2};
-use crate::shared::{dynamic_shared_mem, shared_address};
+use crate::shared::{align_swizzle_128b, dynamic_shared_mem, shared_address, SWIZZLE_128B_ALIGN};
 use crate::thread::{sync_threads, thread_idx_x};
 use crate::tma::{self, TensorMapImage};
 use crate::warp::WARP_SIZE;
@@ -288,7 +288,7 @@ pub const fn ws_q_box(group: u32) -> [u32; 3] {
 /// 256: 225 KiB (one block per multiprocessor, as its registers allow anyway; 227 KiB is the most
 /// a block may take).
 pub const fn ws_shared_bytes(head_dim: u32, fp8: bool, consumers: u32) -> u32 {
-    1024 + data_bytes(head_dim, fp8, consumers) + 8 * BARRIERS + tail_bytes(head_dim)
+    SWIZZLE_128B_ALIGN + data_bytes(head_dim, fp8, consumers) + 8 * BARRIERS + tail_bytes(head_dim)
 }
 
 /// The warp-specialized kernel's body (see the module docs) as block `grid.block` of
@@ -336,7 +336,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
     let q_by_tma = ws_q_by_tma(D as u32, p.num_q_heads / p.num_kv_heads.max(1));
     let raw = dynamic_shared_mem::<u8>();
     let raw_address = shared_address(raw);
-    let base = (raw_address + 1023) & !1023;
+    let base = align_swizzle_128b(raw_address);
     let smem =
         SharedLayout { base, base_ptr: raw.add((base - raw_address) as usize), head_dim: D as u32, fp8, consumers: C };
     let tid = thread_idx_x();
