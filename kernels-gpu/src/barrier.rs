@@ -221,6 +221,12 @@ pub mod ids {
     /// the first's issue has returned.
     pub const PROBE_TURN: Range<u32> = 12..13;
 
+    /// Whether `set` holds an id for each of `users` (a block's consumers, say): two users of one
+    /// id with a count of one user's threads would complete the barrier with a mix of both.
+    pub const fn one_each(set: Range<u32>, users: u32) -> bool {
+        set.end - set.start >= users
+    }
+
     const fn disjoint(sets: &[Range<u32>]) -> bool {
         let mut i = 0;
         while i < sets.len() {

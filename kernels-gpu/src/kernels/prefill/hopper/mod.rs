@@ -315,6 +315,10 @@ pub(crate) unsafe fn rpa_tiled_ws<
     const {
         // Two consumers, or three at head_dim 64 with 16-bit KV (their registers: `_3C`).
         assert!(C == 2 || (C == 3 && D == 64 && !KV::FP8), "consumer warpgroups");
+        // A named barrier per consumer where each syncs alone or in its turn (benchmarks/NOTES.md
+        // "v44": three fp8 consumers on WS_Q_CONVERT's two ids gave wrong rows).
+        assert!(ids::one_each(ids::WS_PINGPONG, C) && ids::one_each(ids::WS_EPILOGUE, C), "a barrier id per consumer");
+        assert!(!KV::FP8 || ids::one_each(ids::WS_Q_CONVERT, C), "a Q-conversion barrier id per fp8 consumer");
         assert!(NTILES * 8 == D && KSTEPS * 16 == D && (D == 64 || D == 128 || D == 256), "head_dim 64, 128 or 256");
         // S n-tiles, P k-steps and presence words of a tile of `ws_keys(D)` keys.
         assert!(KN * 8 == ws_keys(D as u32) as usize && KSP * 16 == KN * 8 && PW * 32 == KN * 8, "tile shape");
