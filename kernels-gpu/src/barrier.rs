@@ -207,19 +207,19 @@ pub mod ids {
     pub const WS_PINGPONG: Range<u32> = 3..6;
     /// The warp-specialized prefill's epilogue: consumer `c`'s warpgroup alone, `6 + c`.
     pub const WS_EPILOGUE: Range<u32> = 6..9;
-    /// The warp-specialized prefill with fp8 KV (two consumers): consumer `c`'s warpgroup alone,
-    /// once its warps have rewritten their rows of Q as f16 operands, `9 + c`.
-    pub const WS_Q_CONVERT: Range<u32> = 9..11;
+    /// The warp-specialized prefill with fp8 KV (up to three consumers): consumer `c`'s warpgroup
+    /// alone, once its warps have rewritten their rows of Q as f16 operands, `9 + c`.
+    pub const WS_Q_CONVERT: Range<u32> = 9..12;
     /// A mixed batch's decode blocks: each of the block's three 128-thread groups has its own
     /// (`4 + group`). A mix block runs decode groups or the tile role, never both.
     pub const MIX_DECODE_GROUPS: Range<u32> = 4..7;
     /// The device planner's threads (`attention::planner::plan_items`): a planning kernel's
     /// block, or a warp-specialized (or mix tile) block's 0 but its last warp, which stores the
     /// call's tensor maps meanwhile.
-    pub const PLAN: Range<u32> = 11..12;
+    pub const PLAN: Range<u32> = 12..13;
     /// The `wgmma` queue probe (`kernels::hgmma_queue_probe`): its second warpgroup waits until
     /// the first's issue has returned.
-    pub const PROBE_TURN: Range<u32> = 12..13;
+    pub const PROBE_TURN: Range<u32> = 13..14;
 
     /// Whether `set` holds an id for each of `users` (a block's consumers, say): two users of one
     /// id with a count of one user's threads would complete the barrier with a mix of both.

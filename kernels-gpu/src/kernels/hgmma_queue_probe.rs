@@ -95,7 +95,8 @@ pub unsafe fn hgmma_queue_probe(out: *mut u64, issuers: u32, staggered: u32, a_i
     let tid = thread_idx_x();
     let group = tid / 128;
     let smem: *mut u8 = dynamic_shared_mem();
-    let pad = align_swizzle_128b(shared_address(smem)) - shared_address(smem);
+    let base = shared_address(smem);
+    let pad = align_swizzle_128b(base) - base;
     let tile = smem.add(pad as usize);
     let mut i = tid;
     while i < (A_BYTES + B_BYTES) / 16 {

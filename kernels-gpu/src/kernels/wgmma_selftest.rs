@@ -100,7 +100,8 @@ pub unsafe fn wgmma_selftest_bf16(
     let (g, c) = (lane / 4, lane % 4);
     let row = 16 * warp + g; // and row + 8
     let smem: *mut u8 = dynamic_shared_mem();
-    let pad = align_swizzle_128b(shared_address(smem)) - shared_address(smem);
+    let base = shared_address(smem);
+    let pad = align_swizzle_128b(base) - base;
     let tile = smem.add(pad as usize);
     let tile_address = shared_address(tile);
     if mode == 0 {
