@@ -183,10 +183,29 @@ pub(crate) unsafe fn wgmma_pv_issue<Q: MmaElement, const NTILES: usize, const KS
     pa: &[[u32; 4]; KS],
     v_tile: u32,
 ) {
+    wgmma_pv_issue_at::<Q, NTILES, KS>(o, pa, pv_descriptor::<KS>(v_tile))
+}
+
+/// The warp-uniform descriptor of the V stage at shared address `v_tile` (`16 KS` keys) for
+/// [`wgmma_pv_issue_at`]: made ahead of the issue, it keeps its shuffle and its move to a uniform
+/// register off the issue's path (the Hopper prefill makes it before its consumer's turn).
+#[inline(always)]
+pub(crate) fn pv_descriptor<const KS: usize>(v_tile: u32) -> u64 {
     // 16 keys per k-step are 16 rows of 128 bytes; the 64-dim column blocks are the tile's
     // 16 KS rows apart.
-    let v_desc =
-        wgmma::warp_uniform(wgmma::descriptor(v_tile, KS as u32 * 16 * 128, 8 * 128, wgmma::Swizzle::Bytes128));
+    wgmma::warp_uniform(wgmma::descriptor(v_tile, KS as u32 * 16 * 128, 8 * 128, wgmma::Swizzle::Bytes128))
+}
+
+/// [`wgmma_pv_issue`] with V's descriptor made by the caller ([`pv_descriptor`]).
+///
+/// # Safety
+/// As [`wgmma_pv_issue`].
+#[inline(always)]
+pub(crate) unsafe fn wgmma_pv_issue_at<Q: MmaElement, const NTILES: usize, const KS: usize>(
+    o: &mut [[f32; 4]; NTILES],
+    pa: &[[u32; 4]; KS],
+    v_desc: u64,
+) {
     let desc = |ks: usize| wgmma::advance(v_desc, ks as u32 * 16 * 128);
     macro_rules! pv {
         ($regs:literal, $mma:ident) => {{

@@ -15,7 +15,9 @@ use crate::attention::softmax::{online_softmax_weights_f32, pack_weights, LogitS
 use crate::attention::RpaParams;
 use crate::barrier::{self, ids};
 use crate::kernels::kv_operand::StagedKv;
-use crate::kernels::prefill::item::{keep_o, store_rows, wgmma_pv_issue, zero_item_rows, ItemRows};
+use crate::kernels::prefill::item::{
+    keep_o, pv_descriptor, store_rows, wgmma_pv_issue, wgmma_pv_issue_at, zero_item_rows, ItemRows,
+};
 use crate::kernels::unroll;
 use crate::mma::MmaElement;
 use crate::shared::{load_v4, store_v4};
@@ -243,14 +245,20 @@ pub(super) unsafe fn consume_item<
     |i: u32| {
         k_ring.wait(k_slot(i));
     };
+    // S's operand descriptors for tile i, warp-uniform (a shuffle and a move to a uniform
+    // register each): made before the turn, as V's ([`pv_descriptor`]), so that the turn starts
+    // with the products (G1 1 x 8k -1 %: benchmarks/NOTES.md "v45").
+    let s_descriptors = #[inline(always)]
+    |i: u32| {
+        // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
+        let k_desc =
+            wgmma::warp_uniform(wgmma::descriptor(smem.k(k_slot(i).index), 16, 8 * 128, wgmma::Swizzle::Bytes128));
+        (wgmma::warp_uniform(wgmma::recompute_here(q_desc)), k_desc)
+    };
     let issue_s = #[inline(always)]
-    |i: u32, s: &mut [[f32; 4]; KN]| {
-        let t = k_slot(i);
+    |(q_desc, k_desc): (u64, u64), s: &mut [[f32; 4]; KN]| {
         keep_s(s);
         wgmma::fence();
-        // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
-        let k_desc = wgmma::warp_uniform(wgmma::descriptor(smem.k(t.index), 16, 8 * 128, wgmma::Swizzle::Bytes128));
-        let q_desc = wgmma::warp_uniform(wgmma::recompute_here(q_desc));
         unroll::<KSTEPS>(|k| {
             let step = (k as u32 % 4) * 32;
             let kd = wgmma::advance(k_desc, (k as u32 / 4) * keys * 128 + step);
@@ -286,9 +294,10 @@ pub(super) unsafe fn consume_item<
         if traced {
             trace::mark(ptr.plan, p.plan_capacity, Point::FirstKReady);
         }
+        let descriptors = s_descriptors(ia);
         turn_begin();
         mark_tile(ia, TileEvent::TurnBegun);
-        issue_s(ia, &mut s);
+        issue_s(descriptors, &mut s);
         turn_end();
         mark_tile(ia, TileEvent::Issued);
         wgmma::wait_group::<0>();
@@ -308,10 +317,11 @@ pub(super) unsafe fn consume_item<
         let prev = v_slot(i - 1);
         wait_k(i);
         v_ring.wait(prev);
+        let (descriptors, v_desc) = (s_descriptors(i), pv_descriptor::<KSP>(smem.v(prev.index)));
         turn_begin();
         mark_tile(i, TileEvent::TurnBegun);
-        issue_s(i, &mut s);
-        wgmma_pv_issue::<KV::Operand<Q>, NTILES, KSP>(&mut o, &pa, smem.v(prev.index));
+        issue_s(descriptors, &mut s);
+        wgmma_pv_issue_at::<KV::Operand<Q>, NTILES, KSP>(&mut o, &pa, v_desc);
         turn_end();
         mark_tile(i, TileEvent::Issued);
         // S done; the P V may still run.

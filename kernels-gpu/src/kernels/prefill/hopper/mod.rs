@@ -392,7 +392,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
             trace::mark(ptr.plan, p.plan_capacity, trace::Point::RolesSplit);
         }
         if fp8 {
-            produce_fp8::<Q, KV, D, PW, G>(&ptr, &p, smem, grid, maps, q_by_tma, &mut tiles, &mut items);
+            produce_fp8::<Q, KV, D, PW, C, G>(&ptr, &p, smem, grid, maps, q_by_tma, &mut tiles, &mut items);
         } else if tid < 2 * WARP_SIZE {
             let map = maps.kv;
             if tid < WARP_SIZE {
@@ -517,7 +517,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
 }
 
 /// The producer warpgroup with fp8 KV (see [`Q_LOADERS`]): warp 0 copies K and V into the staging
-/// rings, warp 1 loads each item's Q, warps 2 and 3 widen the staged tiles into the K and V
+/// rings, warp 1 loads each item's Q (the `C` consumers' tiles), warps 2 and 3 widen the staged tiles into the K and V
 /// rings ([`convert_item`]).
 ///
 /// # Safety
@@ -525,7 +525,7 @@ pub(crate) unsafe fn rpa_tiled_ws<
 /// and the plan is ready ([`rpa_tiled_ws`]), with the pointers and maps of the kernel's call.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usize, G: TileBlocks>(
+unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usize, const C: u32, G: TileBlocks>(
     ptr: &TiledPointers<Q>,
     p: &RpaParams,
     smem: SharedLayout,
@@ -567,10 +567,10 @@ unsafe fn produce_fp8<Q: MmaElement, KV: StagedKv, const D: usize, const PW: usi
                 if seq != NO_SEQUENCE {
                     if q_by_tma {
                         if lane == 0 {
-                            load_q_item_tma::<D, 2>(p, smem, q_map, items, r0, g)
+                            load_q_item_tma::<D, C>(p, smem, q_map, items, r0, g)
                         }
                     } else {
-                        load_q_item::<Q, D, 2>(ptr, p, smem, lane, Q_LOADERS_FP8, items, r0, rc, g)
+                        load_q_item::<Q, D, C>(ptr, p, smem, lane, Q_LOADERS_FP8, items, r0, rc, g)
                     }
                 }
             },
