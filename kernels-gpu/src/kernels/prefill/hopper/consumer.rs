@@ -247,7 +247,7 @@ pub(super) unsafe fn consume_item<
     };
     // S's operand descriptors for tile i, warp-uniform (a shuffle and a move to a uniform
     // register each): made before the turn, as V's ([`pv_descriptor`]), so that the turn starts
-    // with the products (G1 1 x 8k -1 %: benchmarks/NOTES.md "v45").
+    // with the products (G5 1-2 % faster, G1 level: benchmarks/NOTES.md "v45").
     let s_descriptors = #[inline(always)]
     |i: u32| {
         // K-major A and B: k-steps of 16 dims are 32 bytes apart inside a 64-dim block.
