@@ -26,6 +26,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -232,7 +233,7 @@ def command(data: dict, name: str) -> str:
     if "--out" in argv:
         i = argv.index("--out")
         argv[i + 1] = f"benchmarks/runs/{name}"
-    return "python3 benchmarks/peers.py " + " ".join(argv)
+    return "python3 benchmarks/peers.py " + shlex.join(argv)
 
 
 def commands_md(kind: str) -> str:
