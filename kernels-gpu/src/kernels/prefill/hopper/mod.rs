@@ -517,8 +517,8 @@ pub(crate) unsafe fn rpa_tiled_ws<
 }
 
 /// The producer warpgroup with fp8 KV (see [`Q_LOADERS`]): warp 0 copies K and V into the staging
-/// rings, warp 1 loads each item's Q (the `C` consumers' tiles), warps 2 and 3 widen the staged tiles into the K and V
-/// rings ([`convert_item`]).
+/// rings, warp 1 loads each item's Q (the tiles of all `C` consumers), warps 2 and 3 widen the
+/// staged tiles into the K and V rings ([`convert_item`]).
 ///
 /// # Safety
 /// Every thread of the producer warpgroup calls it once, after the block's rings are initialized
