@@ -154,15 +154,9 @@ pub(super) unsafe fn consume_item<
             let factor = q_to_f16_operand::<D>(q_tile, warp);
             // The rewritten tile before any warp's S product reads it (the async proxy).
             wgmma::fence_proxy_async_shared();
-            // Each consumer its own id (a count of one warpgroup completes with any 4 warps).
-            // (The branches fold to two for C 2.)
-            if consumer == 0 {
-                barrier::sync_named::<{ ids::WS_Q_CONVERT.start }>(WARPGROUP)
-            } else if C == 2 || consumer == 1 {
-                barrier::sync_named::<{ ids::WS_Q_CONVERT.start + 1 }>(WARPGROUP)
-            } else {
-                barrier::sync_named::<{ ids::WS_Q_CONVERT.start + 2 }>(WARPGROUP)
-            }
+            // Each consumer its own id (a count of one warpgroup completes with any 4 warps), in
+            // one instruction, as the epilogue's.
+            barrier::sync_named_id(ids::WS_Q_CONVERT.start + consumer, WARPGROUP);
             factor
         } else {
             1.0
