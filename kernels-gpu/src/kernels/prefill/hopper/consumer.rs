@@ -282,6 +282,13 @@ pub(super) unsafe fn consume_item<
     // issues both products unconditionally (with the P V behind a branch ptxas cannot tell which
     // group a `wait_group 1` retires and serializes every wgmma: benchmarks/NOTES.md "v5").
     let mut pa = [[0u32; 4]; KSP];
+    // With one Q slot the next item's Q can load only once every consumer has released it: each
+    // releases it as soon as its last S product has completed (no later reader: the output goes
+    // straight to global memory), so the load runs under its last softmax, P V and stores.
+    let one_q_slot = ws_q_slots(D as u32, KV::FP8) == 1;
+    if one_q_slot && ia == ib {
+        q_ring.release(q_stage);
+    }
     if ia < ib {
         let mut s = [[0.0f32; 4]; KN];
         wait_k(ia);
@@ -299,6 +306,9 @@ pub(super) unsafe fn consume_item<
             trace::mark(ptr.plan, p.plan_capacity, Point::FirstS);
         }
         keep_s(&mut s);
+        if one_q_slot && ia + 1 == ib {
+            q_ring.release(q_stage);
+        }
         mark_tile(ia, TileEvent::SReady);
         let rescale = softmax(ia, &mut s, &mut m, &mut l);
         mark_tile(ia, TileEvent::SoftmaxDone);
@@ -321,6 +331,9 @@ pub(super) unsafe fn consume_item<
         // S done; the P V may still run.
         wgmma::wait_group::<1>();
         keep_s(&mut s);
+        if one_q_slot && i + 1 == ib {
+            q_ring.release(q_stage);
+        }
         mark_tile(i, TileEvent::SReady);
         let rescale = softmax(i, &mut s, &mut m, &mut l);
         mark_tile(i, TileEvent::SoftmaxDone);
@@ -370,9 +383,7 @@ pub(super) unsafe fn consume_item<
         wgmma::fence_proxy_async_shared();
         q_ring.release(q_stage);
     } else {
-        // One Q slot at head_dim 256: release it first, so the next item's Q loads under the
-        // stores.
-        q_ring.release(q_stage);
+        // One Q slot (head_dim 256, fp8 KV at 128): released after the last S (above).
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
     }
     if traced {
