@@ -121,8 +121,23 @@ def summarize_tiles(tiles, first=4):
             cols["softmax"].append(a[3] - a[2])
             cols["P V wait"].append(a[4] - a[3])
             cols["c1 after c0"].append(b[0] - a[0])
+    # Item boundaries: an item's first tile is the peeled one, marked without a P V ("P V done"
+    # 0). From the last traced tile before it (its softmax done) to the first tile's turn: the
+    # last P V, the stores, the next item's Q (and, with fp8 KV, its conversion), its first K.
+    # Against it, the same span between two tiles of one item ("softmax to next turn").
+    edges = {"item edge": [], "softmax to next turn": [], "item first S latency": []}
+    for blk in tiles:
+        for c in blk[:2]:
+            marked = [t for t in range(TRACED_TILES) if c[t][0] and c[t][3]]
+            for a, b in zip(marked, marked[1:]):
+                if c[b][4] == 0:
+                    edges["item edge"].append(c[b][0] - c[a][3])
+                    edges["item first S latency"].append(c[b][2] - c[b][1])
+                elif b == a + 1:
+                    edges["softmax to next turn"].append(c[b][0] - c[a][3])
+    cols |= edges
     return {k: (round(statistics.median(v)) if v else None) for k, v in cols.items()} | {
-        "tiles": len(cols["period"])}
+        "tiles": len(cols["period"]), "item edges": len(edges["item edge"])}
 
 
 def summarize(blocks):
@@ -149,13 +164,14 @@ def summarize(blocks):
     return {"blocks": len(blocks), "ghz": round(rate, 3), "steps": rows}
 
 
-def parse_cases(spec, geometry):
+def parse_cases(spec, geometry, kv_dtype="bfloat16"):
     cases = []
+    suffix = "" if kv_dtype == "bfloat16" else f" {kv_dtype}"
     for item in spec.split(","):
         shape, _, ctx = item.partition("/")
         b, q = (int(x) for x in shape.split("x"))
         kv = int(ctx) if ctx else q
-        cases.append(peers.Case(f"{geometry} {b}x{q} over {kv}", geometry, [(q, kv)] * b))
+        cases.append(peers.Case(f"{geometry} {b}x{q} over {kv}{suffix}", geometry, [(q, kv)] * b, kv_dtype=kv_dtype))
     return cases
 
 
@@ -163,6 +179,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--geometry", default="G1", choices=list(peers.GEOMETRIES))
     ap.add_argument("--cases", default="1x512/2048,4x256/2048,16x128/2048,1x2048,1x8192")
+    ap.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn", "float8_e5m2"])
     ap.add_argument("--variant", default="auto", help="ours' variant, as peers.py --variants takes one")
     ap.add_argument("--repeats", type=int, default=7, help="traced calls per way (medians over them)")
     ap.add_argument("--tiles", action="store_true", help="also the consumers' per-tile trace (alone calls)")
@@ -173,10 +190,12 @@ def main():
     ours.select()
     ws = TracedWorkspaces()
     report = {"gpu": torch.cuda.get_device_name(), "variant": args.variant, "cases": []}
-    for case in parse_cases(args.cases, args.geometry):
+    for case in parse_cases(args.cases, args.geometry, args.kv_dtype):
         inp = peers.Inputs(case, seed=0)
+        scales = dict(k_scale=inp.k_scale, v_scale=inp.v_scale) if inp.k_scale is not None else {}
         call = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
-            inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale)
+            inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale,
+            **scales)
         for _ in range(5):
             call()
         torch.cuda.synchronize()
