@@ -285,9 +285,8 @@ pub(super) unsafe fn consume_item<
     // With one Q slot the next item's Q can load only once every consumer has released it: each
     // releases it as soon as its last S product has completed (no later reader: the output goes
     // straight to global memory), so the load runs under its last softmax, P V and stores (G6
-    // 4 x 1k -2.8 %, 1 x 2k -1.2 %; fp8 at head_dim 128 level). Not fp8 at head_dim 64, where
-    // it made every many-item cell ~2 % slower (benchmarks/NOTES.md "v46"): released at the end.
-    let one_q_slot = ws_q_slots(D as u32, KV::FP8) == 1 && D >= 128;
+    // 1 x 2k -1.2 %, 4 x 1k -2.8 %; fp8 at head_dim 128 level: benchmarks/NOTES.md "v46").
+    let one_q_slot = ws_q_slots(D as u32, KV::FP8) == 1;
     if one_q_slot && ia == ib {
         q_ring.release(q_stage);
     }
@@ -385,11 +384,7 @@ pub(super) unsafe fn consume_item<
         wgmma::fence_proxy_async_shared();
         q_ring.release(q_stage);
     } else {
-        // One Q slot: released after the last S (above), or here at head_dim 64 (fp8 KV), first,
-        // so that the next item's Q loads under the stores.
-        if !one_q_slot {
-            q_ring.release(q_stage);
-        }
+        // One Q slot (head_dim 256, fp8 KV at 128): released after the last S (above).
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
     }
     if traced {

@@ -125,10 +125,11 @@ pub const fn ws_keys(head_dim: u32) -> u32 {
 
 /// Slots of the Q ring for a head dim (a slot holds both consumers' Q tiles: 32 KiB at head_dim
 /// 128): two, so that the next item's Q lands while the current one runs; one at head_dim 256
-/// (64 KiB a slot), where shared memory holds no second, and with fp8 KV, whose staging rings
-/// take the second slot's room.
+/// (64 KiB a slot), where shared memory holds no second, and with fp8 KV at head_dim 128, whose
+/// staging rings take the second slot's room (at head_dim 64 the block's 112 KiB leave room;
+/// there two slots measured level with one released early, benchmarks/NOTES.md "v46").
 pub const fn ws_q_slots(head_dim: u32, fp8: bool) -> u32 {
-    if head_dim > 128 || fp8 {
+    if head_dim > 128 || (fp8 && head_dim > 64) {
         1
     } else {
         MAX_Q_SLOTS
