@@ -126,8 +126,9 @@ pub const fn ws_keys(head_dim: u32) -> u32 {
 /// Slots of the Q ring for a head dim (a slot holds both consumers' Q tiles: 32 KiB at head_dim
 /// 128): two, so that the next item's Q lands while the current one runs; one at head_dim 256
 /// (64 KiB a slot), where shared memory holds no second, and with fp8 KV at head_dim 128, whose
-/// staging rings take the second slot's room (at head_dim 64 the block's 112 KiB leave room;
-/// there two slots measured level with one released early, benchmarks/NOTES.md "v46").
+/// staging rings take the second slot's room (at head_dim 64 the block's 112 KiB leave room:
+/// two slots there measured level with one released at the item's end, where one released
+/// after the last S was ~2 % slower; benchmarks/NOTES.md "v46").
 pub const fn ws_q_slots(head_dim: u32, fp8: bool) -> u32 {
     if head_dim > 128 || (fp8 && head_dim > 64) {
         1
