@@ -19,7 +19,10 @@ launch a call's blocks start under the one before and wait for it; the trace of 
 With `--tiles`, the consumers' main loop too: each consumer's thread 0 marks its turn, its
 products' issue, its S's completion, its softmax's end and the previous P V's completion on each
 of the block's first 64 tiles (`%clock64`); the script prints, per step, the median cycles over
-the tiles and blocks of the `alone` calls (the steady tiles: the first 4 of each block left out).
+the tiles and blocks of the `alone` calls (the steady tiles: the first 4 of each block left out),
+and at the items' boundaries: an item's last softmax to the next item's first turn ("item edge",
+against "softmax to next turn" inside an item), that first tile's S latency and the new item's
+first two periods. `--kv-dtype` times fp8 KV (k_scale 0.5, v_scale 0.75, as peers.py).
 
 A timing tool, not a benchmark: the marks cost a few stores per block (per tile with `--tiles`).
 """
@@ -125,7 +128,10 @@ def summarize_tiles(tiles, first=4):
     # 0). From the last traced tile before it (its softmax done) to the first tile's turn: the
     # last P V, the stores, the next item's Q (and, with fp8 KV, its conversion), its first K.
     # Against it, the same span between two tiles of one item ("softmax to next turn").
-    edges = {"item edge": [], "softmax to next turn": [], "item first S latency": []}
+    # Then an item's first two periods (turn to next turn), against "period" (a steady tile's):
+    # where a new item's tiles wait longer (fp8's converters catching up, say), they show here.
+    edges = {"item edge": [], "softmax to next turn": [], "item first S latency": [], "item period 1": [],
+             "item period 2": []}
     for blk in tiles:
         for c in blk[:2]:
             marked = [t for t in range(TRACED_TILES) if c[t][0] and c[t][3]]
@@ -133,6 +139,10 @@ def summarize_tiles(tiles, first=4):
                 if c[b][4] == 0:
                     edges["item edge"].append(c[b][0] - c[a][3])
                     edges["item first S latency"].append(c[b][2] - c[b][1])
+                    for k in (1, 2):
+                        t = b + k
+                        if t < TRACED_TILES and c[t][0] and c[t][4] and c[t - 1][0]:
+                            edges[f"item period {k}"].append(c[t][0] - c[t - 1][0])
                 elif b == a + 1:
                     edges["softmax to next turn"].append(c[b][0] - c[a][3])
     cols |= edges
