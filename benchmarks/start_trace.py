@@ -202,10 +202,9 @@ def main():
     report = {"gpu": torch.cuda.get_device_name(), "variant": args.variant, "cases": []}
     for case in parse_cases(args.cases, args.geometry, args.kv_dtype):
         inp = peers.Inputs(case, seed=0)
-        scales = dict(k_scale=inp.k_scale, v_scale=inp.v_scale) if inp.k_scale is not None else {}
         call = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
             inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale,
-            **scales)
+            k_scale=inp.k_scale, v_scale=inp.v_scale)
         for _ in range(5):
             call()
         torch.cuda.synchronize()
