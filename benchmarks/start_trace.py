@@ -48,10 +48,12 @@ POINTS = 16
 STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "item rows", "first K issued",
          "first Q issued", "first Q ready", "first K ready", "first S", "first item done", "consumer done",
          "roles split", "plan items done", "pair taken"]
-TRACE_SLACK = 4 << 20  # bytes past the workspace: POINTS pairs of 8-byte words per block, then the tile trace
-TILE_EVENTS, TRACED_TILES, TRACED_CONSUMERS = 5, 64, 3
+TRACE_SLACK = 8 << 20  # bytes past the workspace: POINTS pairs of 8-byte words per block, then the tile trace
+TILE_EVENTS, TRACED_TILES, TRACED_CONSUMERS = 11, 64, 3
 TILE_TRACE_AFTER_BLOCKS, TILE_TRACED_BLOCKS = 1024, 256  # trace.rs: where the tile trace starts, whose
-TILE_STEPS = ["turn begun", "issued", "S ready", "softmax done", "P V done"]
+TILE_STEPS = ["turn begun", "issued", "S ready", "softmax done", "P V done", "item entered", "rows ready",
+              "Q ready", "K ready", "K issued", "K converted"]
+STEADY = 5  # the events every tile of a consumer has (the others: an item's first tile, or the producer's)
 
 
 class TracedWorkspaces:
@@ -115,7 +117,7 @@ def summarize_tiles(tiles, first=4):
         c0, c1 = blk[0], blk[1]
         for t in range(first, TRACED_TILES - 1):
             a, nxt, prev, b = c0[t], c0[t + 1], c0[t - 1], c1[t]
-            if not all(a) or not all(nxt) or not all(prev) or not all(b):
+            if not all(x[:STEADY] for x in (a, nxt, prev, b)):
                 continue
             cols["period"].append(nxt[0] - a[0])
             cols["turn wait"].append(a[0] - prev[4])
@@ -130,14 +132,28 @@ def summarize_tiles(tiles, first=4):
     # Against it, the same span between two tiles of one item ("softmax to next turn").
     # Then an item's first two periods (turn to next turn), against "period" (a steady tile's):
     # where a new item's tiles wait longer (fp8's converters catching up, say), they show here.
-    edges = {"item edge": [], "softmax to next turn": [], "item first S latency": [], "item period 1": [],
-             "item period 2": []}
+    # The edge's parts (consumers' marks on the new item's first tile; the K copier's and converter
+    # 0's in consumer 0's record of the same tile): last softmax -> the pair taken (the last P V,
+    # the stores) -> the rows -> Q ready (with fp8 KV converted) -> K ready -> the turn; and when
+    # the first K was issued and (fp8) widened, from the last softmax.
+    parts = ("edge: to entered", "edge: entered to rows", "edge: rows to Q", "edge: Q to K", "edge: K to turn",
+             "edge: K issued at", "edge: K converted at")
+    edges = {k: [] for k in ("item edge", "softmax to next turn", "item first S latency", "item period 1",
+                             "item period 2") + parts}
     for blk in tiles:
         for c in blk[:2]:
             marked = [t for t in range(TRACED_TILES) if c[t][0] and c[t][3]]
             for a, b in zip(marked, marked[1:]):
                 if c[b][4] == 0:
                     edges["item edge"].append(c[b][0] - c[a][3])
+                    if all(c[b][5:9]):
+                        e = c[b]
+                        for k, (x, y) in zip(parts, ((c[a][3], e[5]), (e[5], e[6]), (e[6], e[7]), (e[7], e[8]),
+                                                      (e[8], e[0]))):
+                            edges[k].append(y - x)
+                    for k, ev in (("edge: K issued at", 9), ("edge: K converted at", 10)):
+                        if blk[0][b][ev]:
+                            edges[k].append(blk[0][b][ev] - c[a][3])
                     edges["item first S latency"].append(c[b][2] - c[b][1])
                     for k in (1, 2):
                         t = b + k

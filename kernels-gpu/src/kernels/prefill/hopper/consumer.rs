@@ -122,6 +122,8 @@ pub(super) unsafe fn consume_item<
         return;
     }
 
+    // The item-boundary trace's steps (`trace::now`: 0 outside a trace build).
+    let entered = trace::now();
     let warp = wtid / WARP_SIZE;
     let item = ItemRows::load(ptr, p, seq, r0, rc);
     let (lo, hi) = item_keys(&item);
@@ -133,6 +135,7 @@ pub(super) unsafe fn consume_item<
     let (c_lo, c_hi, _, _) = item.m_rows_keys(c_base, CONSUMER_M, group);
     // Warp w owns M rows c_base + 16w .. + 16; this lane rows lane/4 and lane/4 + 8 of them.
     let (m_rows, rows) = item.warp_rows(c_base + warp * 16, group);
+    let rows_ready = trace::now();
 
     // Q: this consumer's 64 M rows, loaded by the producer's Q loaders (`load_q_item`).
     let (q_ring, k_ring, v_ring) = (smem.q_ring(), smem.k_ring(), smem.v_ring());
@@ -165,6 +168,7 @@ pub(super) unsafe fn consume_item<
     } else {
         LogitScale::new(p, true)
     };
+    let q_ready = trace::now();
     let mut o = [[0.0f32; 4]; NTILES];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0.0f32; 2];
@@ -296,6 +300,15 @@ pub(super) unsafe fn consume_item<
         if traced {
             trace::mark(ptr.plan, p.plan_capacity, Point::FirstKReady);
         }
+        if trace::ENABLED && wtid == 0 && first_tile + ia < trace::TRACED_TILES {
+            let at = |event, cycles| {
+                trace::mark_tile_at(ptr.plan, p.plan_capacity, consumer, first_tile + ia, event, cycles)
+            };
+            at(TileEvent::ItemEntered, entered);
+            at(TileEvent::RowsReady, rows_ready);
+            at(TileEvent::QReady, q_ready);
+        }
+        mark_tile(ia, TileEvent::KReady);
         let descriptors = s_descriptors(ia);
         turn_begin();
         mark_tile(ia, TileEvent::TurnBegun);

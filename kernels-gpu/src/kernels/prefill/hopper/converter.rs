@@ -13,6 +13,7 @@
 
 use super::layout::SharedLayout;
 use super::producer::item_keys;
+use super::trace;
 use super::{converter_loads_ahead, ws_keys, CONVERTERS};
 use crate::attention::planner::TiledPointers;
 use crate::attention::RpaParams;
@@ -89,12 +90,14 @@ unsafe fn widen_tile<KV: StagedKv, const D: usize, const AHEAD: usize>(staged: u
 ///
 /// # Safety
 /// Every converter calls it for the same tiles in the same order, the producer filling the
-/// staging rings for them; the rings are initialized ([`super::rpa_tiled_ws`]).
+/// staging rings for them; the rings are initialized ([`super::rpa_tiled_ws`]); in a trace build,
+/// `plan` and `plan_capacity` as [`trace::mark_tile`] takes them.
 #[inline(always)]
 unsafe fn convert_tile<KV: StagedKv, const D: usize, const PW: usize, const VALUES: bool>(
     smem: SharedLayout,
     n: u32,
     converter: u32,
+    (plan, plan_capacity): (*const u32, u32),
 ) {
     let (staging, operands) = if VALUES { (smem.v8_ring(), smem.v_ring()) } else { (smem.k8_ring(), smem.k_ring()) };
     let (s8, s) = (staging.stage(n), operands.stage(n));
@@ -122,6 +125,9 @@ unsafe fn convert_tile<KV: StagedKv, const D: usize, const PW: usize, const VALU
     wgmma::fence_proxy_async_shared();
     operands.commit(s);
     staging.release(s8);
+    if trace::ENABLED && !VALUES && converter == 0 && n < trace::TRACED_TILES {
+        trace::mark_tile(plan, plan_capacity, 0, n, trace::TileEvent::KConverted);
+    }
 }
 
 /// A converter's part of one item (`converter` 0..[`CONVERTERS`]): every K and V tile of the item,
@@ -148,12 +154,14 @@ pub(super) unsafe fn convert_item<Q, KV: StagedKv, const D: usize, const PW: usi
     let num_tiles = (hi - lo).div_ceil(keys);
     let first_tile = *tiles;
     *tiles += num_tiles;
+    // The tile trace's words (`trace::mark_tile`; unused outside a trace build).
+    let traced = (ptr.plan, p.plan_capacity);
     for i in 0..=num_tiles {
         if i < num_tiles {
-            convert_tile::<KV, D, PW, false>(smem, first_tile + i, converter);
+            convert_tile::<KV, D, PW, false>(smem, first_tile + i, converter, traced);
         }
         if i > 0 {
-            convert_tile::<KV, D, PW, true>(smem, first_tile + i - 1, converter);
+            convert_tile::<KV, D, PW, true>(smem, first_tile + i - 1, converter, traced);
         }
     }
 }

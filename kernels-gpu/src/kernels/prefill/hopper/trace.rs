@@ -67,10 +67,23 @@ pub(crate) enum TileEvent {
     SoftmaxDone = 3,
     /// The previous tile's P V has completed.
     PvDone = 4,
+    /// An item's first tile (the consumer's peeled one): the consumer has its pair (the previous
+    /// item's last P V and stores done).
+    ItemEntered = 5,
+    /// An item's first tile: the consumer has the item's rows and its tiles' range.
+    RowsReady = 6,
+    /// An item's first tile: the item's Q is ready (with fp8 KV, converted).
+    QReady = 7,
+    /// An item's first tile: its K is in the K ring.
+    KReady = 8,
+    /// The K copier's lane 0 has issued the tile's K copies (marked in consumer 0's record).
+    KIssued = 9,
+    /// fp8 KV: converter 0 has committed the tile's widened K (marked in consumer 0's record).
+    KConverted = 10,
 }
 
 /// Words per traced tile and consumer (one per [`TileEvent`]).
-pub const TILE_EVENTS: u32 = 5;
+pub const TILE_EVENTS: u32 = 11;
 /// The block's first tiles traced, per consumer.
 pub const TRACED_TILES: u32 = 64;
 /// Consumers a block has room for (three at head_dim 64).
@@ -112,20 +125,45 @@ fn trace_base(plan: *const u32, plan_capacity: u32) -> u64 {
 /// [`TILE_TRACED_BLOCKS`] blocks.
 #[inline(always)]
 pub(crate) unsafe fn mark_tile(plan: *const u32, plan_capacity: u32, consumer: u32, tile: u32, event: TileEvent) {
+    mark_tile_at(plan, plan_capacity, consumer, tile, event, now());
+}
+
+/// The `%clock64` word a later [`mark_tile_at`] records (0 unless built with `--cfg xgk_trace`).
+#[inline(always)]
+pub(crate) fn now() -> u64 {
+    #[cfg(all(target_arch = "nvptx64", xgk_trace))]
+    return crate::thread::clock64();
+    #[cfg(not(all(target_arch = "nvptx64", xgk_trace)))]
+    0
+}
+
+/// As [`mark_tile`], with the `%clock64` word `cycles` read earlier ([`now`]): for steps whose
+/// tile is known only later.
+///
+/// # Safety
+/// As [`mark_tile`].
+#[inline(always)]
+pub(crate) unsafe fn mark_tile_at(
+    plan: *const u32,
+    plan_capacity: u32,
+    consumer: u32,
+    tile: u32,
+    event: TileEvent,
+    cycles: u64,
+) {
     #[cfg(all(target_arch = "nvptx64", xgk_trace))]
     // SAFETY: the store lands in the caller's trace (see above).
     unsafe {
         if crate::thread::block_idx_x() >= TILE_TRACED_BLOCKS {
             return;
         }
-        let cycles = crate::thread::clock64();
         let points = trace_base(plan, plan_capacity) + trace_bytes(TILE_TRACE_AFTER_BLOCKS);
         let slot = ((crate::thread::block_idx_x() * TRACED_CONSUMERS + consumer) * TRACED_TILES + tile) * TILE_EVENTS
             + event as u32;
         (points as *mut u64).add(slot as usize).write_volatile(cycles);
     }
     #[cfg(not(all(target_arch = "nvptx64", xgk_trace)))]
-    let _ = (plan, plan_capacity, consumer, tile, event);
+    let _ = (plan, plan_capacity, consumer, tile, event, cycles);
 }
 
 /// Marks `point` for this block (one thread calls it, once per point): a no-op unless built with
