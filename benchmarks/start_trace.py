@@ -22,7 +22,10 @@ of the block's first 64 tiles (`%clock64`); the script prints, per step, the med
 the tiles and blocks of the `alone` calls (the steady tiles: the first 4 of each block left out),
 and at the items' boundaries: an item's last softmax to the next item's first turn ("item edge",
 against "softmax to next turn" inside an item), that first tile's S latency and the new item's
-first two periods. `--kv-dtype` times fp8 KV (k_scale 0.5, v_scale 0.75, as peers.py).
+first two periods, and the edge's parts ("edge: ..."): to the consumer's next pair (the last P V
+and the stores), to its rows, to Q ready (with fp8 KV converted), to the first K in the ring, to
+the turn, and when the first K was copied and (fp8) widened, from the last softmax (negative:
+before). `--kv-dtype` times fp8 KV (k_scale 0.5, v_scale 0.75, as peers.py).
 
 A timing tool, not a benchmark: the marks cost a few stores per block (per tile with `--tiles`).
 """
@@ -117,7 +120,7 @@ def summarize_tiles(tiles, first=4):
         c0, c1 = blk[0], blk[1]
         for t in range(first, TRACED_TILES - 1):
             a, nxt, prev, b = c0[t], c0[t + 1], c0[t - 1], c1[t]
-            if not all(x[:STEADY] for x in (a, nxt, prev, b)):
+            if not all(all(x[:STEADY]) for x in (a, nxt, prev, b)):
                 continue
             cols["period"].append(nxt[0] - a[0])
             cols["turn wait"].append(a[0] - prev[4])
