@@ -22,8 +22,8 @@ of the block's first 64 tiles (`%clock64`); the script prints, per step, the med
 the tiles and blocks of the `alone` calls (the steady tiles: the first 4 of each block left out),
 and at the items' boundaries: an item's last softmax to the next item's first turn ("item edge",
 against "softmax to next turn" inside an item), that first tile's S latency and the new item's
-first two periods, and the edge's parts ("edge: ..."): to the consumer's next pair (the last P V
-and the stores), to its rows, to Q ready (with fp8 KV converted), to the first K in the ring, to
+first two periods, and the edge's parts ("edge: ..."): to the consumer's next pair (split: to
+the last P V's completion, to the stores', to the pair), to its rows, to Q ready (with fp8 KV converted), to the first K in the ring, to
 the turn, and when the first K was copied and (fp8) widened, from the last softmax (negative:
 before). `--kv-dtype` times fp8 KV (k_scale 0.5, v_scale 0.75, as peers.py).
 
@@ -52,10 +52,10 @@ STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "
          "first Q issued", "first Q ready", "first K ready", "first S", "first item done", "consumer done",
          "roles split", "plan items done", "pair taken"]
 TRACE_SLACK = 8 << 20  # bytes past the workspace: POINTS pairs of 8-byte words per block, then the tile trace
-TILE_EVENTS, TRACED_TILES, TRACED_CONSUMERS = 11, 64, 3
+TILE_EVENTS, TRACED_TILES, TRACED_CONSUMERS = 13, 64, 3
 TILE_TRACE_AFTER_BLOCKS, TILE_TRACED_BLOCKS = 1024, 256  # trace.rs: where the tile trace starts, whose
 TILE_STEPS = ["turn begun", "issued", "S ready", "softmax done", "P V done", "item entered", "rows ready",
-              "Q ready", "K ready", "K issued", "K converted"]
+              "Q ready", "K ready", "K issued", "K converted", "last P V done", "stores done"]
 STEADY = 5  # the events every tile of a consumer has (the others: an item's first tile, or the producer's)
 
 
@@ -140,7 +140,8 @@ def summarize_tiles(tiles, first=4):
     # the stores) -> the rows -> Q ready (with fp8 KV converted) -> K ready -> the turn; and when
     # the first K was issued and (fp8) widened, from the last softmax.
     parts = ("edge: to entered", "edge: entered to rows", "edge: rows to Q", "edge: Q to K", "edge: K to turn",
-             "edge: K issued at", "edge: K converted at")
+             "edge: K issued at", "edge: K converted at", "edge: to last P V", "edge: P V to stores",
+             "edge: stores to entered")
     edges = {k: [] for k in ("item edge", "softmax to next turn", "item first S latency", "item period 1",
                              "item period 2") + parts}
     for blk in tiles:
@@ -157,6 +158,12 @@ def summarize_tiles(tiles, first=4):
                     for k, ev in (("edge: K issued at", 9), ("edge: K converted at", 10)):
                         if blk[0][b][ev]:
                             edges[k].append(blk[0][b][ev] - c[a][3])
+                    # The first part split: the previous item's last P V and its stores (marked on
+                    # its last tile, a).
+                    if c[a][11] and c[a][12] and c[b][5]:
+                        edges["edge: to last P V"].append(c[a][11] - c[a][3])
+                        edges["edge: P V to stores"].append(c[a][12] - c[a][11])
+                        edges["edge: stores to entered"].append(c[b][5] - c[a][12])
                     edges["item first S latency"].append(c[b][2] - c[b][1])
                     for k in (1, 2):
                         t = b + k

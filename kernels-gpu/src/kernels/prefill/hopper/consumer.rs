@@ -370,6 +370,9 @@ pub(super) unsafe fn consume_item<
         wgmma::keep_fragments(&mut pa);
         v_ring.release(last);
     }
+    if trace::ENABLED && ia < ib {
+        mark_tile(ib - 1, TileEvent::LastPvDone);
+    }
     for i in ib..num_tiles {
         skip(i);
         turn_begin();
@@ -399,6 +402,9 @@ pub(super) unsafe fn consume_item<
     } else {
         // One Q slot (head_dim 256, fp8 KV at 128): released after the last S (above).
         store_rows::<Q, D, NTILES>(ptr, p, r0, rc, g, m_rows, &l, &o);
+    }
+    if trace::ENABLED && ia < ib {
+        mark_tile(ib - 1, TileEvent::StoresDone);
     }
     if traced {
         trace::mark(ptr.plan, p.plan_capacity, Point::FirstItemDone);

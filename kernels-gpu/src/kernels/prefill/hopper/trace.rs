@@ -80,10 +80,16 @@ pub(crate) enum TileEvent {
     KIssued = 9,
     /// fp8 KV: converter 0 has committed the tile's widened K (marked in consumer 0's record).
     KConverted = 10,
+    /// An item's last tile: the consumer's last P V has completed.
+    LastPvDone = 11,
+    /// An item's last tile: the consumer's rows of the output are written (or their bulk stores
+    /// issued).
+    StoresDone = 12,
 }
 
-/// Words per traced tile and consumer (one per [`TileEvent`]).
-pub const TILE_EVENTS: u32 = 11;
+/// Words per traced tile and consumer (one per [`TileEvent`]; `benchmarks/start_trace.py` reads
+/// them with the same count).
+pub const TILE_EVENTS: u32 = 13;
 /// The block's first tiles traced, per consumer.
 pub const TRACED_TILES: u32 = 64;
 /// Consumers a block has room for (three at head_dim 64).
