@@ -3,8 +3,9 @@
 Needs a library built with `XGK_TRACE=1` (`kernels-gpu::kernels::prefill::hopper::trace`): each
 block marks its steps (entry, grid dependency wait, block 0's plan items done, plan written /
 ready, roles split, first pair taken from the schedule ring, first pair, the item's rows, first K
-and Q copies issued, consumer 0's first Q, first K, first S, first item done, last item done) as pairs of `%globaltimer` (ns,
-across blocks) and `%clock64` (cycles, within a block) after the call's workspace. This script
+and Q copies issued, consumer 0's first Q, first K, first S, first item done, last item done) as
+pairs of `%globaltimer` (ns, across blocks) and `%clock64` (cycles, within a block) after the
+call's workspace. This script
 runs our torch op on the prefill and short suites' cases (G1 unless `--geometry`), gives each
 call a workspace with room for the trace, and prints, per case and step, the time from the
 call's first block entry: median and max over the blocks, and
@@ -23,9 +24,10 @@ the tiles and blocks of the `alone` calls (the steady tiles: the first 4 of each
 and at the items' boundaries: an item's last softmax to the next item's first turn ("item edge",
 against "softmax to next turn" inside an item), that first tile's S latency and the new item's
 first two periods, and the edge's parts ("edge: ..."): to the consumer's next pair (split: to
-the last P V's completion, to the stores', to the pair), to its rows, to Q ready (with fp8 KV converted), to the first K in the ring, to
-the turn, and when the first K was copied and (fp8) widened, from the last softmax (negative:
-before). `--kv-dtype` times fp8 KV (k_scale 0.5, v_scale 0.75, as peers.py).
+the last P V's completion, to the stores', to the pair), to its rows, to Q ready (with fp8 KV
+converted), to the first K in the ring, to the turn, and when the first K was copied and (fp8)
+widened, from the last softmax (negative: before). `--kv-dtype` times fp8 KV (k_scale 0.5,
+v_scale 0.75, as peers.py).
 
 A timing tool, not a benchmark: the marks cost a few stores per block (per tile with `--tiles`).
 """
