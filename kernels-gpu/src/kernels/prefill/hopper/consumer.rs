@@ -178,12 +178,13 @@ pub(super) unsafe fn consume_item<
     *tiles += num_tiles;
     // The tile trace (`trace::mark_tile`; nothing outside a trace build): each consumer's thread
     // 0, the block's first tiles.
-    let mark_tile = #[inline(always)]
-    |i: u32, event: TileEvent| {
-        if trace::ENABLED && wtid == 0 && first_tile + i < trace::TRACED_TILES {
-            trace::mark_tile(ptr.plan, p.plan_capacity, consumer, first_tile + i, event);
+    let mark_tile_at = #[inline(always)]
+    |i: u32, event: TileEvent, cycles: u64| {
+        if trace::ENABLED && wtid == 0 {
+            trace::mark_tile_at(ptr.plan, p.plan_capacity, consumer, first_tile + i, event, cycles);
         }
     };
+    let mark_tile = |i: u32, event: TileEvent| mark_tile_at(i, event, trace::now());
     let k_slot = |i: u32| k_ring.stage(first_tile + i);
     let v_slot = |i: u32| v_ring.stage(first_tile + i);
     let tile_base = |i: u32| lo + i * keys;
@@ -300,14 +301,9 @@ pub(super) unsafe fn consume_item<
         if traced {
             trace::mark(ptr.plan, p.plan_capacity, Point::FirstKReady);
         }
-        if trace::ENABLED && wtid == 0 && first_tile + ia < trace::TRACED_TILES {
-            let at = |event, cycles| {
-                trace::mark_tile_at(ptr.plan, p.plan_capacity, consumer, first_tile + ia, event, cycles)
-            };
-            at(TileEvent::ItemEntered, entered);
-            at(TileEvent::RowsReady, rows_ready);
-            at(TileEvent::QReady, q_ready);
-        }
+        mark_tile_at(ia, TileEvent::ItemEntered, entered);
+        mark_tile_at(ia, TileEvent::RowsReady, rows_ready);
+        mark_tile_at(ia, TileEvent::QReady, q_ready);
         mark_tile(ia, TileEvent::KReady);
         let descriptors = s_descriptors(ia);
         turn_begin();

@@ -125,7 +125,7 @@ unsafe fn convert_tile<KV: StagedKv, const D: usize, const PW: usize, const VALU
     wgmma::fence_proxy_async_shared();
     operands.commit(s);
     staging.release(s8);
-    if trace::ENABLED && !VALUES && converter == 0 && n < trace::TRACED_TILES {
+    if trace::ENABLED && !VALUES && converter == 0 {
         trace::mark_tile(plan, plan_capacity, 0, n, trace::TileEvent::KConverted);
     }
 }

@@ -162,7 +162,7 @@ pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const P
             if traced && i == 0 {
                 trace::mark(ptr.plan, p.plan_capacity, Point::FirstKIssued);
             }
-            if trace::ENABLED && lane == 0 && n < trace::TRACED_TILES {
+            if trace::ENABLED && lane == 0 {
                 trace::mark_tile(ptr.plan, p.plan_capacity, 0, n, trace::TileEvent::KIssued);
             }
         }
@@ -217,7 +217,7 @@ pub(super) unsafe fn produce_item_fp8<Q, const D: usize, const PW: usize>(
         if lane < blocks {
             tma::load_3d(smem.k8(ks.index) + block_offset, map, 0, k_head, token, k8.full_barrier(ks));
         }
-        if trace::ENABLED && lane == 0 && n < trace::TRACED_TILES {
+        if trace::ENABLED && lane == 0 {
             trace::mark_tile(ptr.plan, p.plan_capacity, 0, n, trace::TileEvent::KIssued);
         }
         let vs = v8.stage(n);

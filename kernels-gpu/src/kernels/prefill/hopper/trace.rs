@@ -121,8 +121,9 @@ fn trace_base(plan: *const u32, plan_capacity: u32) -> u64 {
     (plan as u64 + super::ws_scratch_bytes(plan_capacity as u64)).next_multiple_of(128)
 }
 
-/// Marks `event` of the block's tile `tile` (its tile counter: below [`TRACED_TILES`]) for
-/// consumer `consumer` (one thread calls it): the `%clock64` word. A no-op unless built with
+/// Marks `event` of the block's tile `tile` (its tile counter) for consumer `consumer` (one thread
+/// calls it): the `%clock64` word. Only the first [`TILE_TRACED_BLOCKS`] blocks' first
+/// [`TRACED_TILES`] tiles are kept (callers need not check). A no-op unless built with
 /// `--cfg xgk_trace`.
 ///
 /// # Safety
@@ -160,7 +161,7 @@ pub(crate) unsafe fn mark_tile_at(
     #[cfg(all(target_arch = "nvptx64", xgk_trace))]
     // SAFETY: the store lands in the caller's trace (see above).
     unsafe {
-        if crate::thread::block_idx_x() >= TILE_TRACED_BLOCKS {
+        if crate::thread::block_idx_x() >= TILE_TRACED_BLOCKS || tile >= TRACED_TILES {
             return;
         }
         let points = trace_base(plan, plan_capacity) + trace_bytes(TILE_TRACE_AFTER_BLOCKS);
