@@ -5,11 +5,10 @@ block marks its steps (entry, grid dependency wait, block 0's plan items done, p
 ready, roles split, first pair taken from the schedule ring, first pair, the item's rows, first K
 and Q copies issued, consumer 0's first Q, first K, first S, first item done, last item done) as
 pairs of `%globaltimer` (ns, across blocks) and `%clock64` (cycles, within a block) after the
-call's workspace. This script
-runs our torch op on the prefill and short suites' cases (G1 unless `--geometry`), gives each
-call a workspace with room for the trace, and prints, per case and step, the time from the
-call's first block entry: median and max over the blocks, and
-block 0's (the planner's) and one other block's from their cycle counters.
+call's workspace. This script runs our torch op on the prefill and short suites' cases (G1
+unless `--geometry`), gives each call a workspace with room for the trace, and prints, per case
+and step, the time from the call's first block entry: median and max over the blocks, and block
+0's (the planner's) and one other block's from their cycle counters.
 
 Two ways per case: `alone` (a synchronize before each call: no kernel before it to overlap) and
 `queued` (10 calls back to back, the way the benchmarks time them: with programmatic dependent
