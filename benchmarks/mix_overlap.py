@@ -26,7 +26,10 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402
+import peers_impls  # noqa: E402,F401  (the in-tree package on the path, the libraries' environment)
+from peers_cases import MIXES, Case  # noqa: E402
+from peers_inputs import Inputs  # noqa: E402
+from peers_timing import time_cuda  # noqa: E402
 
 
 def call_of(inp):
@@ -47,7 +50,7 @@ def graph_of(body, reps=10):
     with torch.cuda.graph(g):
         for _ in range(reps):
             body()
-    return lambda: [t / reps for t in peers.time_cuda(g.replay, warmup=3, iters=10)]
+    return lambda: [t / reps for t in time_cuda(g.replay, warmup=3, iters=10)]
 
 
 def two_streams(first, second, side):
@@ -66,11 +69,11 @@ def main():
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     rows = []
-    for name, seqs in peers.MIXES:
-        mix = peers.Case(name, "G1", seqs)
-        dec = peers.Case(name + " decode", "G1", [s for s in seqs if s[0] == 1])
-        pre = peers.Case(name + " prefill", "G1", [s for s in seqs if s[0] > 1])
-        f_mix, f_dec, f_pre = (call_of(peers.Inputs(c, seed=7)) for c in (mix, dec, pre))
+    for name, seqs in MIXES:
+        mix = Case(name, "G1", seqs)
+        dec = Case(name + " decode", "G1", [s for s in seqs if s[0] == 1])
+        pre = Case(name + " prefill", "G1", [s for s in seqs if s[0] > 1])
+        f_mix, f_dec, f_pre = (call_of(Inputs(c, seed=7)) for c in (mix, dec, pre))
         side = torch.cuda.Stream()
         bodies = {
             "mix": f_mix,

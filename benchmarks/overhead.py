@@ -108,11 +108,11 @@ def torch_graph_us(torch, fn, calls=20, replays=20):
 
 def isolated_device_us(torch, fn, iters=50, spin_cycles=200_000):
     """Device µs of one call on an otherwise idle GPU, as a call followed by a sync runs it:
-    CUDA events around the call, recorded behind a spin kernel (`peers.time_behind_spin`), so the
+    CUDA events around the call, recorded behind a spin kernel (`peers_timing.time_behind_spin`), so the
     host's cost is not timed but nothing before the call overlaps it either (no previous call's
     tail, no programmatic launch ahead of it: what a graph replay of back-to-back calls hides).
     Median over `iters` calls."""
-    from peers import time_behind_spin
+    from peers_timing import time_behind_spin
     for _ in range(5):
         fn()
     torch.cuda.synchronize()

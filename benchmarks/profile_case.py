@@ -18,13 +18,15 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402
+from peers_cases import GEOMETRIES, Case  # noqa: E402
+from peers_impls import FlashInfer, Ours  # noqa: E402
+from peers_inputs import Inputs  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seqs", required=True, help="q_len x kv_len [* count], comma separated: 2048x2048,1x4096*64")
-    ap.add_argument("--geometry", default="G1", choices=list(peers.GEOMETRIES))
+    ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--kernel", default="auto", help="a peers.py variant of ours for the calls (auto, auto:st5, ...)")
     ap.add_argument("--kv-dtype", default="bfloat16", help="KV cache dtype: bfloat16, float8_e4m3fn, float8_e5m2")
@@ -35,15 +37,15 @@ def main():
         shape, _, count = part.partition("*")
         q, kv = (int(x) for x in shape.split("x"))
         seqs += [(q, kv)] * int(count or 1)
-    case = peers.Case(f"profile {args.seqs}", args.geometry, seqs, kv_dtype=args.kv_dtype)
-    inp = peers.Inputs(case, seed=0)
+    case = Case(f"profile {args.seqs}", args.geometry, seqs, kv_dtype=args.kv_dtype)
+    inp = Inputs(case, seed=0)
     if args.impl == "flashinfer":
-        fi = peers.FlashInfer()
+        fi = FlashInfer()
         out = torch.empty_like(inp.q)
         plan = fi._decode if case.decode else fi._prefill
         run, _ = plan(inp, case, range(len(seqs)), inp.q, out, False)
     else:
-        peers.Ours(args.kernel).select()  # also imports our torch op
+        Ours(args.kernel).select()  # also imports our torch op
         run = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
             inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale,
             sliding_window=inp.window, soft_cap=inp.soft_cap, k_scale=inp.k_scale, v_scale=inp.v_scale)

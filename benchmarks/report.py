@@ -62,7 +62,7 @@ MANIFEST = {
         "prefill-g4-d256.json": ("G4 (head_dim 256, soft cap 50, window 4096) prefill against FlashInfer", "bb4f299",
                                  None),
         "decode-jax.json": ("decode through jax.jit against JAX's Pallas paged_attention", "e17f5db",
-                            "python3 benchmarks/peers.py --suite decode --only-jax"),
+                            "python3 benchmarks/peers.py --suite decode --only-jax --logit-std flat"),
         "simple-add-vs-xla.json": ("simple_add against jnp.add through jax.jit", "4b2ddd9",
                                    "python3 benchmarks/simple_add_vs_xla.py"),
         "tensor-parallel-2gpu.json": ("2-way tensor-parallel decode step against one GPU (two H100s)", "06fd660",
@@ -97,7 +97,8 @@ MANIFEST = {
                                "prefill suites, ours only, run three times back to back (cubin, JIT, cubin)", "19c711b",
                                "for s in decode prefill; do for v in native ptx native2; do "
                                "[ $v = ptx ] && export XGK_PTX_ARCH=sm_90a || unset XGK_PTX_ARCH; "
-                               "python3 benchmarks/peers.py --suite $s --no-jax --no-flashinfer --out $s-$v.json; done; done; "
+                               "python3 benchmarks/peers.py --suite $s --no-jax --no-flashinfer --logit-std flat --out $s-$v.json; "
+                               "done; done; "
                                "python3 benchmarks/native_vs_jit.py native-vs-jit.json decode:decode-native.json,"
                                "decode-ptx.json,decode-native2.json prefill:prefill-native.json,prefill-ptx.json,"
                                "prefill-native2.json"),
@@ -233,6 +234,8 @@ def command(data: dict, name: str) -> str:
     if "--out" in argv:
         i = argv.index("--out")
         argv[i + 1] = f"benchmarks/runs/{name}"
+    if "logit_std" not in data:  # measured before `--logit-std`: q uniform in [-1, 1]
+        argv += ["--logit-std", "flat"]
     return "python3 benchmarks/peers.py " + shlex.join(argv)
 
 

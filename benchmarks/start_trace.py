@@ -46,7 +46,10 @@ import torch
 os.environ["XGK_TORCH_KERNELS"] = "python"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import peers  # noqa: E402  (benchmarks/, the suites' inputs and variants)
+# benchmarks/: the suites' geometries, inputs and variants (peers.py's modules).
+from peers_cases import GEOMETRIES, Case  # noqa: E402
+from peers_impls import Ours  # noqa: E402
+from peers_inputs import Inputs  # noqa: E402
 
 POINTS = 16
 STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "item rows", "first K issued",
@@ -208,13 +211,13 @@ def parse_cases(spec, geometry, kv_dtype="bfloat16"):
         shape, _, ctx = item.partition("/")
         b, q = (int(x) for x in shape.split("x"))
         kv = int(ctx) if ctx else q
-        cases.append(peers.Case(f"{geometry} {b}x{q} over {kv}{suffix}", geometry, [(q, kv)] * b, kv_dtype=kv_dtype))
+        cases.append(Case(f"{geometry} {b}x{q} over {kv}{suffix}", geometry, [(q, kv)] * b, kv_dtype=kv_dtype))
     return cases
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--geometry", default="G1", choices=list(peers.GEOMETRIES))
+    ap.add_argument("--geometry", default="G1", choices=list(GEOMETRIES))
     ap.add_argument("--cases", default="1x512/2048,4x256/2048,16x128/2048,1x2048,1x8192")
     ap.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn", "float8_e5m2"])
     ap.add_argument("--variant", default="auto", help="ours' variant, as peers.py --variants takes one")
@@ -223,12 +226,12 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import xla_gpu_kernels.torch  # noqa: F401
-    ours = peers.Ours(args.variant)
+    ours = Ours(args.variant)
     ours.select()
     ws = TracedWorkspaces()
     report = {"gpu": torch.cuda.get_device_name(), "variant": args.variant, "cases": []}
     for case in parse_cases(args.cases, args.geometry, args.kv_dtype):
-        inp = peers.Inputs(case, seed=0)
+        inp = Inputs(case, seed=0)
         call = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
             inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale,
             k_scale=inp.k_scale, v_scale=inp.v_scale)
