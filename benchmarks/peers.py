@@ -13,11 +13,12 @@ experiment builds that skip part of the work).
 Timing: CUDA events around replays of a CUDA graph of 10 calls (1 call when a call takes over a
 millisecond; torch implementations: the kernels' time, no host cost per call; `--eager`: events
 around each eager call), or wall clock over back-to-back jitted calls (JAX: includes JAX's
-dispatch); warm-up first, 3 rounds in alternating order, >= 30 samples (fewer, counted, when a
-call is so long that 10 would take over 2 s), medians with p10/p90. The KV pool holds at least
-512 MiB (far above L2) with pages handed out in random order; inputs are uniform random, never
-zeros, q scaled so that the logits have a standard deviation of 2 (`--logit-std`; `flat`: q in
-[-1, 1], logits of std 1/3, the inputs of results before 2026-12-07). The copy bandwidth is measured in the same run; each case reports its fewest bytes
+dispatch); warm-up first, 3 rounds in alternating order, >= 30 samples (fewer, counted, when a call
+is so long that 10 would take over 2 s), medians with p10/p90. The KV pool holds at least 512 MiB
+(far above L2) with pages handed out in random order; inputs are uniform random, never zeros, q
+scaled so that the logits have a standard deviation of 2 (`--logit-std`; `flat`: q in [-1, 1],
+logits of std 1/3, the inputs of results before 2026-12-07). The copy bandwidth is measured in the
+same run; each case reports its fewest bytes
 (`2·Σvisible_kv·kv_heads·dim·sizeof(kv) + tokens·q_heads·dim·(sizeof(q)+sizeof(out))`) over the
 time, and causal TFLOP/s (`4·q_heads·dim·Σ visible keys per row`). With `--cold-l2` every timed
 call is eager and finds the L2 cold (a read of twice its size before each, then a spin kernel that
