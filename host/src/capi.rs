@@ -49,6 +49,9 @@ pub const MAX_RANK: i64 = 64;
 
 /// Reads a descriptor; `name` is the tensor's name in errors. A rank outside `0..=MAX_RANK`, or
 /// NULL `dims` with a rank > 0, is an error (checked before `dims` is read).
+///
+/// # Safety
+/// A non-null `t.dims` must point at `t.rank` readable `i64`s that stay valid for `'a`.
 unsafe fn tensor<'a>(op: &str, name: &str, t: &XgkTensor) -> Result<TensorRef<'a>> {
     if !(0..=MAX_RANK).contains(&t.rank) {
         return Err(Error::invalid(format!("{op}: {name} has rank {}; expected 0..={MAX_RANK}", t.rank)));
@@ -73,6 +76,9 @@ pub const STATUS_FAILED: i32 = 2;
 
 /// Runs `body`, catching panics; on error writes the message (NUL-terminated, truncated) into
 /// `err` and returns [`STATUS_INVALID_ARGUMENT`] or [`STATUS_FAILED`], else 0.
+///
+/// # Safety
+/// A non-null `err` must point at `err_len` writable bytes.
 unsafe fn c_call(err: *mut c_char, err_len: usize, body: impl FnOnce() -> Result<()>) -> i32 {
     let outcome =
         catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(crate::xla::ffi::panic_message(&*p))));

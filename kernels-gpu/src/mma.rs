@@ -98,6 +98,10 @@ pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
     ldmatrix_x4_impl::<true>(addr)
 }
 
+/// [`ldmatrix_x4`] (`TRANS` false) and [`ldmatrix_x4_trans`] (true).
+///
+/// # Safety
+/// As [`ldmatrix_x4`].
 #[inline(always)]
 unsafe fn ldmatrix_x4_impl<const TRANS: bool>(addr: u32) -> [u32; 4] {
     #[cfg(target_arch = "nvptx64")]

@@ -259,6 +259,9 @@ pub unsafe fn paged_attention_legacy(
 }
 
 /// Runs a legacy call body with panics caught; failures go to the status (or stderr without one).
+///
+/// # Safety
+/// `status` must be null or the call's fresh `XlaCustomCallStatus*` from XLA.
 unsafe fn legacy_call(status: *mut c_void, body: impl FnOnce() -> Result<()>) {
     let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| Err(Error::Panic(ffi::panic_message(&*p))));
     if let Err(e) = outcome {
@@ -266,6 +269,10 @@ unsafe fn legacy_call(status: *mut c_void, body: impl FnOnce() -> Result<()>) {
     }
 }
 
+/// A legacy call's opaque bytes (empty for a NULL or empty one).
+///
+/// # Safety
+/// A non-null `opaque` must point at `len` bytes that stay valid for `'a`.
 unsafe fn opaque_bytes<'a>(opaque: *const c_char, len: usize) -> &'a [u8] {
     if opaque.is_null() || len == 0 {
         &[]
@@ -274,6 +281,10 @@ unsafe fn opaque_bytes<'a>(opaque: *const c_char, len: usize) -> &'a [u8] {
     }
 }
 
+/// The first `N` pointers of a legacy call's buffer list; an error for a NULL list or entry.
+///
+/// # Safety
+/// A non-null `buffers` must point at least `N` readable pointers (XLA's operands then results).
 unsafe fn legacy_buffers<const N: usize>(buffers: *mut *mut c_void) -> Result<[*mut c_void; N]> {
     if buffers.is_null() {
         return Err(Error::invalid("no buffers passed"));
@@ -291,7 +302,7 @@ unsafe fn legacy_buffers<const N: usize>(buffers: *mut *mut c_void) -> Result<[*
 /// Whether the host buffer `p` of `bytes` bytes is to be read (false: empty). An error naming the
 /// buffer when `p` is NULL (or, for `align` > 1, misaligned) while `bytes` > 0: the slices made
 /// from it would be undefined behaviour.
-unsafe fn host_ptr(op: &str, name: &str, p: *mut c_void, bytes: usize, align: usize) -> Result<bool> {
+fn host_ptr(op: &str, name: &str, p: *mut c_void, bytes: usize, align: usize) -> Result<bool> {
     if bytes == 0 {
         return Ok(false);
     }
@@ -304,14 +315,27 @@ unsafe fn host_ptr(op: &str, name: &str, p: *mut c_void, bytes: usize, align: us
     Ok(true)
 }
 
+/// Host buffer `p` of `len` bytes as a slice (empty for `len` 0); an error for a NULL `p`.
+///
+/// # Safety
+/// A non-null `p` must point at `len` bytes that stay valid, and unwritten, for `'a`.
 unsafe fn host_bytes<'a>(op: &str, name: &str, p: *mut c_void, len: usize) -> Result<&'a [u8]> {
     Ok(if host_ptr(op, name, p, len, 1)? { std::slice::from_raw_parts(p as *const u8, len) } else { &[] })
 }
 
+/// Host buffer `p` of `len` bytes as a mutable slice (empty for `len` 0); an error for a NULL `p`.
+///
+/// # Safety
+/// A non-null `p` must point at `len` writable bytes that nothing else reads or writes for `'a`.
 unsafe fn host_bytes_mut<'a>(op: &str, name: &str, p: *mut c_void, len: usize) -> Result<&'a mut [u8]> {
     Ok(if host_ptr(op, name, p, len, 1)? { std::slice::from_raw_parts_mut(p as *mut u8, len) } else { &mut [] })
 }
 
+/// Host buffer `p` of `len` i32s as a slice (empty for `len` 0); an error for a NULL or
+/// misaligned `p`.
+///
+/// # Safety
+/// A non-null `p` must point at `len` i32s that stay valid, and unwritten, for `'a`.
 unsafe fn host_i32<'a>(op: &str, name: &str, p: *mut c_void, len: usize) -> Result<&'a [i32]> {
     Ok(if host_ptr(op, name, p, len * 4, 4)? { std::slice::from_raw_parts(p as *const i32, len) } else { &[] })
 }

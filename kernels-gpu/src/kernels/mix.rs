@@ -88,6 +88,11 @@ pub const fn mix_group_shared_bytes(head_dim: u32, stages: u32) -> u32 {
     pipelined_shared_bytes(head_dim, 2, pipelined_tile_keys(head_dim), stages).next_multiple_of(128)
 }
 
+/// The one-launch mix's body (see the module docs): the first `decode_blocks` blocks run
+/// [`MIX_GROUPS`] pipelined decode groups each, the rest are the warp-specialized tile kernel's blocks.
+///
+/// # Safety
+/// As the mix kernel that calls it (`rpa_mix_kernels`' `# Safety`); every thread of the block calls it.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn rpa_mix<

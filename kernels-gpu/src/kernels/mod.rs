@@ -29,6 +29,10 @@ pub mod wgmma_selftest;
 /// Copies `bytes` bytes in the widest chunks their count allows (16, 8, 4, 2 or 1 bytes); the
 /// global-memory side (`src` when `GLOBAL_IS_SRC`, else `dst`) is accessed aligned, the other side
 /// (a local array, kept in registers) unaligned.
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `bytes` bytes, and the global side is aligned to the
+/// chunk `bytes` selects (16, 8, 4, 2 or 1 bytes).
 #[inline(always)]
 unsafe fn copy_widest<const GLOBAL_IS_SRC: bool>(src: *const u8, dst: *mut u8, bytes: usize) {
     macro_rules! copy_as {

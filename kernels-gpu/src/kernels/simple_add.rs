@@ -12,6 +12,12 @@ use crate::kernel;
 use crate::num::{Bf16, Element};
 use crate::thread::{block_dim_x, block_idx_x, grid_size_1d, index_1d, thread_idx_x};
 
+/// `out = a + b` over `n` elements (see the module docs): `V` elements a vector, `UNROLL`
+/// vectors a step.
+///
+/// # Safety
+/// As the `simple_add_*` kernels say: `a`, `b` and `out` device pointers valid for `n` elements, and
+/// 16-byte aligned when `vector_ok != 0`.
 #[inline(always)]
 unsafe fn simple_add<T: Element, const V: usize, const UNROLL: usize>(
     a: *const T,

@@ -34,6 +34,11 @@ pub const WGMMA_SELFTEST_SHARED_BYTES: u32 = 16 * 1024 + SWIZZLE_128B_ALIGN;
 /// Copies `src` (`rows` x `cols` 16-bit elements, row-major, `cols` a multiple of 64) into shared
 /// memory at `dst` as 128-byte-swizzled column blocks: block `kb` (columns `64kb..64kb+64`) at
 /// `dst + kb * rows * 128`. The 128 threads share the 16-byte chunks.
+///
+/// # Safety
+/// The block's 128 threads call it (`tid` their index); `src` holds `rows * cols` readable elements
+/// (16-byte aligned), `dst` is `rows * cols * 2` bytes of shared memory aligned to the swizzle's
+/// 1024 bytes.
 #[inline(always)]
 unsafe fn stage_swizzled(src: *const u16, rows: u32, cols: u32, dst: *mut u8, tid: u32) {
     let chunks_per_row = cols / 8;
@@ -49,6 +54,9 @@ unsafe fn stage_swizzled(src: *const u16, rows: u32, cols: u32, dst: *mut u8, ti
 
 /// Two adjacent 16-bit elements of row-major `m` (`cols` wide) as one register, the first in the
 /// low half.
+///
+/// # Safety
+/// `m` holds elements `(row, col)` and `(row, col + 1)` of a row-major matrix `cols` wide.
 #[inline(always)]
 unsafe fn pair(m: *const u16, cols: u32, row: u32, col: u32) -> u32 {
     *m.add((row * cols + col) as usize) as u32 | ((*m.add((row * cols + col + 1) as usize) as u32) << 16)
@@ -56,6 +64,9 @@ unsafe fn pair(m: *const u16, cols: u32, row: u32, col: u32) -> u32 {
 
 /// The `mma.m16n8k16` A fragment of k-step `k` (columns `16k..16k+16`) of row-major `a` (`cols`
 /// wide) for this lane's rows `row` and `row + 8` (`c = lane % 4`), straight from global memory.
+///
+/// # Safety
+/// `a` holds rows up to `row + 8` and columns up to `16k + 16` of a row-major matrix `cols` wide.
 #[inline(always)]
 unsafe fn a_fragment(a: *const u16, cols: u32, row: u32, c: u32, k: u32) -> [u32; 4] {
     let col = 16 * k + 2 * c;
@@ -64,6 +75,10 @@ unsafe fn a_fragment(a: *const u16, cols: u32, row: u32, c: u32, k: u32) -> [u32
 
 /// Writes this lane's accumulators of an `m64n(8 NT)` product (rows `row`, `row + 8`; the layout of
 /// the [`crate::wgmma`] docs) into row-major `d`, `8 NT` columns wide.
+///
+/// # Safety
+/// `d` has rows up to `row + 8` of a row-major matrix `8 NT` columns wide; `acc` holds `4 NT`
+/// values.
 #[inline(always)]
 unsafe fn store_accumulators<const NT: usize>(acc: &[f32], d: *mut f32, row: u32, c: u32) {
     let cols = 8 * NT as u32;

@@ -332,6 +332,10 @@ impl<'a> Call<'a> {
     }
 }
 
+/// An integer attribute's value as i64 (None for a non-integer dtype or a u64 past i64's range).
+///
+/// # Safety
+/// `v` must point at one readable value of `dtype` (any alignment).
 unsafe fn read_int(dtype: DType, v: *mut c_void) -> Option<i64> {
     Some(match dtype {
         DType::Pred => *(v as *const u8) as i64,
@@ -358,6 +362,12 @@ unsafe fn span_bytes<'a>(span: &ByteSpan) -> &'a [u8] {
     std::slice::from_raw_parts(span.ptr, span.len)
 }
 
+/// Argument or result `i` of `list` as a buffer (`what` names the list in errors): an error when
+/// it is missing, not a buffer, or its struct or rank is malformed.
+///
+/// # Safety
+/// `list` must be XLA's list for the call: `types` and `args` with `size` entries each, every
+/// buffer entry an `XLA_FFI_Buffer` whose `dims` (rank > 0) stay valid for `'a`.
 unsafe fn buffer_at<'a>(list: &Args, i: usize, what: &str) -> Result<TensorRef<'a>> {
     if i >= list.size.max(0) as usize {
         return Err(Error::invalid(format!("missing {what} {i}")));

@@ -124,6 +124,10 @@ pub(crate) fn block_split_at(p: &RpaParams, z: u32) -> u32 {
 
 /// Resolves the block's row (sequence, visible keys, split) from the grid position; invalid
 /// metadata is handled by [`crate::attention`] (never an out-of-bounds access).
+///
+/// # Safety
+/// Every thread of the block calls it on the grid `attention_kernels`' `# Safety` describes, with
+/// that kernel's `ptr` and `p`, after its grid dependency wait.
 #[inline(always)]
 pub(crate) unsafe fn resolve_block<Q, KV>(ptr: &RpaPointers<Q, KV>, p: &RpaParams, heads_per_chunk: u32) -> Block {
     let (t, head_chunk) = (block_idx_x(), block_idx_y());
@@ -208,6 +212,10 @@ impl BlockHeads {
 
 /// The block of row `t` of sequence `seq_idx`, whose rows are `[lo, hi)` and keys `kv_len`, for the
 /// block's `heads` and split.
+///
+/// # Safety
+/// `seq_idx` below `p.max_num_seqs` (its page-table row lies inside `ptr.page_indices`); `ptr`
+/// and `p` as the attention kernels take them.
 #[inline(always)]
 pub(crate) unsafe fn block_of_row<Q, KV>(
     ptr: &RpaPointers<Q, KV>,
@@ -227,6 +235,10 @@ pub(crate) unsafe fn block_of_row<Q, KV>(
 
 /// Address of key `j`'s K row for KV head `g` (V follows at `+ head_dim`), or None when its page
 /// index is outside the pool.
+///
+/// # Safety
+/// `blk` a block of the call's `p` ([`block_of_row`], [`resolve_block`]), `j` below
+/// `p.pages_per_seq * p.page_size` (an entry of its page-table row), `kv` the call's KV pool.
 #[inline(always)]
 pub(crate) unsafe fn key_row<KV>(kv: *const KV, blk: &Block, p: &RpaParams, j: u32) -> Option<*const KV> {
     let page = *blk.page_table.add((j / p.page_size) as usize);
@@ -238,6 +250,12 @@ pub(crate) unsafe fn key_row<KV>(kv: *const KV, blk: &Block, p: &RpaParams, j: u
     Some(kv.add(token * 2 * p.num_kv_heads as usize * d + 2 * blk.g as usize * d))
 }
 
+/// The general kernel's body (see the module docs): each warp a share of the split's keys for the
+/// block's query heads, then the warps' merge.
+///
+/// # Safety
+/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch, and `ptr`
+/// and `p` as it passes them. Every thread of the block calls it.
 #[inline(always)]
 unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize, const KB: usize>(
     ptr: RpaPointers<Q, KV>,

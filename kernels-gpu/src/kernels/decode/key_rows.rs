@@ -136,6 +136,11 @@ pub(crate) fn key_rows_softmax_step<Q: MmaElement, const MT: usize>(
 /// 16 mt + 16`: rows `g` and `g + 8` are dims `16 mt + g` and `+ 8`, or with `PAIRED` (1-byte V,
 /// `StagedKv::v_operands`) dims `16 mt + 2g` and `+ 1`. The caller synchronizes the block before
 /// and after.
+///
+/// # Safety
+/// Every lane of the warp calls it, between the caller's block barriers; `smem` is shared memory
+/// of at least `(logical_warp + 1) * MMA_HEADS_PER_BLOCK * (2 + head_dim)` f32 that no other warp's
+/// state overlaps.
 #[inline(always)]
 pub(crate) unsafe fn store_key_rows_state<const MT: usize, const PAIRED: bool>(
     smem: *mut f32,

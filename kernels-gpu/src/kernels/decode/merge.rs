@@ -47,6 +47,12 @@ pub(crate) struct WarpStates {
 /// Final step of the attention kernels: merge the warps' states (softmax-weighted) and write the
 /// output row, or the split's partial output and log-sum-exp. The block's `threads` threads share
 /// the work; the caller synchronizes the block before.
+///
+/// # Safety
+/// Every one of the slot's `threads` threads calls it, after a barrier that follows every warp's
+/// state store into `states`; `ptr`, `p` and `blk` as the attention kernel resolved them (with
+/// splits, `ptr.part_o` / `ptr.part_lse` sized for `p.num_splits`; with `p.cluster_splits`, a
+/// cluster launch of the splits and `states.cluster_area` set).
 #[inline(always)]
 pub(crate) unsafe fn merge_warps_and_store<Q: Element, KV>(
     ptr: &RpaPointers<Q, KV>,
@@ -179,6 +185,11 @@ impl SplitMerge {
 /// after a cluster barrier each block merges its share of the chunk's output elements, reading
 /// every split's partial from its block's shared memory; a second barrier keeps each block's
 /// shared memory alive until its peers have read it. The same arithmetic as [`rpa_combine`].
+///
+/// # Safety
+/// Every thread of every block of the cluster calls it (a launch whose clusters are the splits,
+/// sm_90 image); `area` holds this block's normalized partial and log-sum-exp per head of the
+/// chunk, written before the call; `ptr`, `p` and `blk` as for [`merge_warps_and_store`].
 #[inline(always)]
 unsafe fn merge_cluster_splits<Q: Element, KV>(
     ptr: &RpaPointers<Q, KV>,
@@ -247,6 +258,10 @@ impl MergeRow {
 /// Starts a merge kernel's block: waits for the split kernel (launched programmatically after
 /// it, its partials are complete and visible only after the wait) and locates the block's row
 /// (grid `(max_tokens, num_q_heads)`).
+///
+/// # Safety
+/// Every thread of a merge kernel's block calls it before any load, on the grid `merge_kernels`'
+/// `# Safety` describes.
 #[inline(always)]
 unsafe fn merge_row(p: &RpaParams) -> MergeRow {
     crate::grid_dependency::launch_dependents();
@@ -488,6 +503,10 @@ pub(crate) unsafe fn merge_block<Q: Element, KV>(ptr: &RpaPointers<Q, KV>, p: &R
 /// (1 x 32k) in 4.5 µs where the loop took 7.3, and ran 1 x 8k 1.5 µs faster; but with 8 to 16
 /// splits the loop kernel's calls were 0.4-0.6 µs shorter (its fixed cost is lower; the
 /// shared-memory carveout was measured not to be why).
+///
+/// # Safety
+/// As the merge kernel that calls it (`merge_kernels`' `# Safety`), with
+/// [`rpa_combine_shared_bytes`] of dynamic shared memory.
 #[inline(always)]
 unsafe fn rpa_combine_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
     merge_groups(part_o, part_lse, out, p.num_splits, &merge_row(&p))
@@ -548,6 +567,9 @@ unsafe fn merge_groups<Q: Element>(part_o: *const f32, part_lse: *const f32, out
 /// log-sum-exp, one output element per thread, a loop over the splits. Rows where every split
 /// saw no key are written as zeros. The host takes it up to `LOOP_MERGE_MAX_SPLITS` splits, and
 /// [`rpa_combine_groups`] above.
+///
+/// # Safety
+/// As the merge kernel that calls it (`merge_kernels`' `# Safety`).
 #[inline(always)]
 unsafe fn rpa_combine<Q: Element>(part_o: *const f32, part_lse: *const f32, out: *mut Q, p: RpaParams) {
     merge_loop(part_o, part_lse, out, p.num_splits, &merge_row(&p))

@@ -44,6 +44,10 @@ pub const fn mma_shared_bytes(head_dim: u32) -> u32 {
 
 /// Two adjacent elements `dim, dim + 1` of a K row as a packed pair of `Q`, scaled and rounded to
 /// q's dtype when the call has scales (the contract's cast).
+///
+/// # Safety
+/// `row` is a K row of the call's pool (`p.head_dim` elements) and `dim + 1` below `p.head_dim`;
+/// for 16-bit unscaled KV, `dim` even (the pair is read as one 4-byte word).
 #[inline(always)]
 unsafe fn k_pair<Q: MmaElement, KV: KvElement>(row: *const KV, dim: usize, p: &RpaParams) -> u32 {
     if core::mem::size_of::<KV>() == 2 && p.kv_scaled == 0 {
@@ -55,6 +59,9 @@ unsafe fn k_pair<Q: MmaElement, KV: KvElement>(row: *const KV, dim: usize, p: &R
 }
 
 /// One V element as f32, scaled when the call has scales (rounded to q's dtype by the packing).
+///
+/// # Safety
+/// A `Some(row)` is a V row of the call's pool (`p.head_dim` elements), `dim` below `p.head_dim`.
 #[inline(always)]
 unsafe fn v_elem<KV: KvElement>(row: Option<*const KV>, dim: usize, p: &RpaParams) -> f32 {
     match row {
@@ -74,6 +81,10 @@ unsafe fn v_elem<KV: KvElement>(row: Option<*const KV>, dim: usize, p: &RpaParam
 /// at or past `hc` stay zero), `KSTEPS` k-steps of 16 head dims. With `PAIRED`, the k-step's
 /// dims are permuted as the pipelined kernel's 1-byte K operands are (`StagedKv::k_operand`):
 /// the mma's k `2c, 2c + 1` are dims `4c, 4c + 1` and its k `2c + 8, 2c + 9` dims `4c + 2, 4c + 3`.
+///
+/// # Safety
+/// `ptr` and `p` as the attention kernels take them and `blk` a block resolved from them (its
+/// query row `blk.t` inside `ptr.q`); every lane of the warp calls it.
 #[inline(always)]
 pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize, const PAIRED: bool>(
     ptr: &RpaPointers<Q, KV>,
@@ -122,6 +133,11 @@ pub(crate) fn finish_logit(raw: f32, j: u32, blk: &Block, p: &RpaParams) -> f32 
 /// writes them. With `PAIRED`, n-tile `2j + parity` holds dims `16j + 2n + parity` (the
 /// pipelined kernel's 1-byte V operands: `StagedKv::v_operands`) instead of `8 nt + n`. The
 /// caller synchronizes the block before (nothing else may still use that shared memory) and after.
+///
+/// # Safety
+/// Every lane of the warp calls it, between the caller's block barriers; `smem` is shared memory
+/// of at least `(logical_warp + 1) * MMA_HEADS_PER_BLOCK * (2 + head_dim)` f32 that no other logical
+/// warp's state overlaps, and `dim0 + 8 * NTILES` is at most `head_dim`.
 #[inline(always)]
 pub(crate) unsafe fn store_warp_state<const NTILES: usize, const PAIRED: bool>(
     smem: *mut f32,
@@ -157,6 +173,13 @@ pub(crate) unsafe fn store_warp_state<const NTILES: usize, const PAIRED: bool>(
     });
 }
 
+/// The tensor-core kernel's body (see the module docs): each warp `S = Q Kᵀ` and `O += P V` with
+/// `mma.sync` over its share of the split's keys, then the warps' merge.
+///
+/// # Safety
+/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch, and `ptr`
+/// and `p` as it passes them. [`mma_shared_bytes`] of dynamic shared memory; every thread of the
+/// block calls it.
 #[inline(always)]
 unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILES: usize>(
     ptr: RpaPointers<Q, KV>,

@@ -307,6 +307,12 @@ pub(crate) fn q_as_operand<Q: MmaElement, M: MmaElement, const KSTEPS: usize>(
 /// [`KEY_ROWS_MAX_HEADS`], its columns; the host launches it for GQA groups up to 8); with
 /// `BY_SEQUENCE`, on a grid of sequences over a mixed batch's decode sequences
 /// (`RpaParams::decode_apart`, [`resolve_sequence_block`]).
+///
+/// # Safety
+/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch, and `ptr`
+/// and `p` as it passes them. [`pipelined_threads`] threads and
+/// [`pipelined_shared_bytes`] of dynamic shared memory for `p.pipe_stages`; with `BY_SEQUENCE` a
+/// grid of `p.max_num_seqs` sequences ([`resolve_sequence_block`]).
 #[inline(always)]
 unsafe fn rpa_pipelined<
     Q: MmaElement,
@@ -330,6 +336,12 @@ unsafe fn rpa_pipelined<
 /// `KEY_ROWS`, in the key-rows layout (`Sᵀ = K Qᵀ`, `Oᵀ += Vᵀ Pᵀ`: the same copies, `ldmatrix`
 /// loads and merge; `KSTEPS` m-tiles of `Oᵀ`), in a [`BlockSlot`] (a whole block, or with `BY_SEQUENCE`
 /// a group of a block shared with others, `kernels::mix`): `cta`.
+///
+/// # Safety
+/// Every thread of the slot `cta` calls it; the slot has [`pipelined_threads`] threads and
+/// [`pipelined_shared_bytes`] of shared memory for `p.pipe_stages` (`cta.shared`); `ptr` and `p`
+/// as the attention kernels take them (`attention_kernels`' `# Safety`), on the grid `BY_SEQUENCE`
+/// says (rows, or [`resolve_sequence_block`]'s sequences).
 #[inline(always)]
 pub(crate) unsafe fn rpa_pipelined_on<
     Q: MmaElement,

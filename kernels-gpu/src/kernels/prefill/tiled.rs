@@ -99,6 +99,12 @@ pub(crate) unsafe fn for_each_item<Q>(ptr: &TiledPointers<Q>, p: &RpaParams, mut
     }
 }
 
+/// The tiled kernel's body (see the module docs): each block the plan's items it is given, one
+/// at a time.
+///
+/// # Safety
+/// As the tiled kernel that calls it (`rpa_tile_kernels`' `# Safety`); every thread of the block
+/// calls it.
 #[inline(always)]
 unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
     ptr: TiledPointers<Q>,
@@ -125,6 +131,11 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
 /// while the warps issue them), page-table entries are loaded a tile before their use, and without
 /// a soft cap the logits stay raw with the scale folded into the softmax's exponent
 /// (`LogitScale`).
+///
+/// # Safety
+/// Every thread of the block calls it, for an item of the plan (rows of sequence `seq` or
+/// [`NO_SEQUENCE`], KV head `g` below `p.num_kv_heads`), with `ptr` and `p` as [`rpa_tiled`] takes
+/// them and [`tiled_shared_bytes`] of dynamic shared memory.
 #[inline(always)]
 unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
     ptr: &TiledPointers<Q>,

@@ -89,6 +89,13 @@ pub(super) fn keep_s<const KN: usize>(s: &mut [[f32; 4]; KN]) {
 /// A consumer's part of one item: its 64 M rows (`consumer` 0..C: M rows `64 consumer ..`),
 /// every key tile of the item from the rings (a tile none of its rows sees is waited for and
 /// released unread), then its rows of the output. `tiles`: the block's tile counter.
+///
+/// # Safety
+/// Every thread of consumer `consumer`'s warpgroup calls it, in uniform control flow, for the
+/// item the producer warps load next (sequence `seq`, rows `[r0, r0 + rc)`, KV head `g`: the
+/// schedule's entry), with the block's rings initialized in `smem` and `tiles` / `items` in step
+/// with the producer's counts; `o_map` acquired where Q and the output go by the maps; `ptr` and
+/// `p` as [`rpa_tiled_ws`] takes them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn consume_item<

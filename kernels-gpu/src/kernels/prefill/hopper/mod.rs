@@ -296,6 +296,12 @@ pub const fn ws_shared_bytes(head_dim: u32, fp8: bool, consumers: u32) -> u32 {
 /// The warp-specialized kernel's body (see the module docs) as block `grid.block` of
 /// `grid.blocks` tile blocks: the whole grid (`rpa_tile_ws_*`), or the tile blocks of a mix's one
 /// launch (`kernels::mix`).
+///
+/// # Safety
+/// Every thread of the block calls it once, on the launch of the kernel that calls it: the
+/// warp-specialized tile kernel (its `# Safety`; `grid` the whole grid) or the mix kernel's tile
+/// blocks (`rpa_mix_kernels`' `# Safety`; `grid` those blocks), with that kernel's `ptr`, `p` and
+/// `maps`.
 #[inline(always)]
 pub(crate) unsafe fn rpa_tiled_ws<
     Q: MmaElement,

@@ -88,6 +88,12 @@ unsafe fn write_presence<const PW: usize>(presence: *mut u32, valid_blocks: u32,
 /// the lanes' copies one after another (a loop of lane election, moves to uniform registers and
 /// the copy), which one warp for both K and V could not keep ahead of the consumers. `tiles`: the
 /// block's tile counter; `map`: the K/V tensor map (global address, acquired).
+///
+/// # Safety
+/// Every lane of the producer's warp 0 (`VALUES` false) or warp 1 (true) calls it for the
+/// block's next item in the schedule, with the block's rings initialized in `smem` and `tiles` in
+/// step with the consumers' count; `map` the acquired K/V tensor map of `ptr.kv`; `ptr` and `p`
+/// as [`super::rpa_tiled_ws`] takes them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn produce_item<Q, const D: usize, const VALUES: bool, const PW: usize>(
@@ -238,6 +244,11 @@ pub(super) unsafe fn produce_item_fp8<Q, const D: usize, const PW: usize>(
 /// column blocks of 128-byte rows, swizzled), rows past the item zero-filled; then each loader
 /// waits for its copies, makes them visible to the tensor cores' async proxy and arrives on the
 /// slot's full barrier. `items`: the block's count of sequence items.
+///
+/// # Safety
+/// Each of the `loaders` loader threads calls it (`loader` its index) for the block's next item,
+/// with `items` in step with the consumers' Q count; rows `[r0, r0 + rc)` of that item and `g` below
+/// `p.num_kv_heads`; `ptr` and `p` as [`super::rpa_tiled_ws`] takes them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn load_q_item<Q, const D: usize, const C: u32>(
@@ -285,6 +296,11 @@ pub(super) unsafe fn load_q_item<Q, const D: usize, const C: u32>(
 /// [`load_q_item`] writes by hand. Rows past the item load other tokens' queries (or zeros past
 /// the tensor): the consumers never store those rows. `items`: the thread's count of sequence
 /// items.
+///
+/// # Safety
+/// One thread of the loaders calls it for the block's next item, with `items` in step with the
+/// consumers' Q count; `map` the acquired Q tensor map ([`ws_q_by_tma`]); `p` as
+/// [`super::rpa_tiled_ws`] takes it.
 #[inline(always)]
 pub(super) unsafe fn load_q_item_tma<const D: usize, const C: u32>(
     p: &RpaParams,
