@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
-use kernels_gpu::kernels::decode::pipelined::{pipelined_shared_bytes, pipelined_tile_keys};
+use kernels_gpu::kernels::decode::pipelined::layout::{pipelined_shared_bytes, pipelined_tile_keys};
 use rand::prelude::*;
 use xla_gpu_kernels::host::ops::paged_attention::{
     decode_apart_applies, key_rows_applies, launch_cuda_with, pipelined_applies, reload_settings, tensor_core_applies,

@@ -60,7 +60,7 @@ pub struct RpaParams {
     /// order, 1 = from a counter (a dynamic schedule); 0 for the other kernels.
     pub dynamic_pairs: u32,
     /// Shared-memory stages of the pipelined kernel's K/V ring (2 to
-    /// [`PIPE_MAX_STAGES`](crate::kernels::decode::pipelined::PIPE_MAX_STAGES)); 0 for
+    /// [`PIPE_MAX_STAGES`](crate::kernels::decode::pipelined::layout::PIPE_MAX_STAGES)); 0 for
     /// the other kernels.
     pub pipe_stages: u32,
     /// Nonzero: the `num_splits` (2 to 16) blocks of each (row, head chunk) are one thread-block

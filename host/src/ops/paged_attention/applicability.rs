@@ -4,7 +4,7 @@
 use kernels_gpu::attention::planner::plan_capacity;
 use kernels_gpu::kernels::decode::key_rows::KEY_ROWS_MAX_HEADS;
 use kernels_gpu::kernels::decode::mma::mma_supports_head_dim;
-use kernels_gpu::kernels::decode::pipelined::pipelined_supports;
+use kernels_gpu::kernels::decode::pipelined::layout::pipelined_supports;
 use kernels_gpu::kernels::prefill::hopper::{ws_supports, ws_supports_fp8, ws_tile_rows, MIN_CONSUMERS, WS_BLOCK_KEYS};
 use kernels_gpu::kernels::prefill::tiled::tiled_supports;
 

@@ -2,7 +2,7 @@
 //! resident blocks (`plan_rules.rs`), merged in clusters where every cluster runs at once.
 
 use kernels_gpu::kernels::decode::merge::MAX_CLUSTER_SPLITS;
-use kernels_gpu::kernels::decode::pipelined::{
+use kernels_gpu::kernels::decode::pipelined::layout::{
     pipelined_shared_bytes, pipelined_stage_bytes, pipelined_tile_keys, PIPE_MAX_STAGES,
 };
 

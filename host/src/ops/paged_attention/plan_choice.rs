@@ -4,7 +4,7 @@
 use kernels_gpu::attention::planner::plan_capacity;
 use kernels_gpu::kernels::decode::general::{rpa_shared_bytes, HEADS_PER_BLOCK, RPA_THREADS, RPA_WARPS};
 use kernels_gpu::kernels::decode::mma::{mma_shared_bytes, MMA_HEADS_PER_BLOCK};
-use kernels_gpu::kernels::decode::pipelined::{
+use kernels_gpu::kernels::decode::pipelined::layout::{
     pipelined_dim_split, pipelined_shared_bytes, pipelined_threads, pipelined_tile_keys, PIPE_TILE_KEYS,
 };
 use kernels_gpu::kernels::mix::{mix_decode_slots, MIX_CONSUMERS};

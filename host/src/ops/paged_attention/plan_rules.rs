@@ -7,7 +7,7 @@
 //! (benchmarks/NOTES.md), and the GPU kind they were taken on where the kinds differ.
 
 use kernels_gpu::kernels::decode::general::RPA_WARPS;
-use kernels_gpu::kernels::decode::pipelined::PIPE_TILE_KEYS;
+use kernels_gpu::kernels::decode::pipelined::layout::PIPE_TILE_KEYS;
 
 use super::settings::PipeMode;
 

@@ -4,7 +4,7 @@
 //! kernels' integers). Cached per process by `plan_cache.rs`, which reloads them on
 //! `reload_settings`; the plan rules they feed are in `plan_rules.rs`.
 
-use kernels_gpu::kernels::decode::pipelined::PIPE_MAX_STAGES;
+use kernels_gpu::kernels::decode::pipelined::layout::PIPE_MAX_STAGES;
 
 use super::plan_rules::{DEFAULT_MERGE_COST_KEYS, DEFAULT_MIN_SPLIT_TILES};
 use crate::error::Result;

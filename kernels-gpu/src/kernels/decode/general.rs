@@ -255,7 +255,7 @@ pub(crate) unsafe fn key_row<KV>(kv: *const KV, blk: &Block, p: &RpaParams, j: u
 ///
 /// # Safety
 /// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch, and `ptr`
-/// and `p` as it passes them. Every thread of the block calls it.
+/// and `p` as it passes them; every thread of the block calls it.
 #[inline(always)]
 unsafe fn rpa_partial<Q: Element, KV: KvElement, const DPL: usize, const HC: usize, const KB: usize>(
     ptr: RpaPointers<Q, KV>,

@@ -177,9 +177,9 @@ pub(crate) unsafe fn store_warp_state<const NTILES: usize, const PAIRED: bool>(
 /// `mma.sync` over its share of the split's keys, then the warps' merge.
 ///
 /// # Safety
-/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch, and `ptr`
-/// and `p` as it passes them. [`mma_shared_bytes`] of dynamic shared memory; every thread of the
-/// block calls it.
+/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch (with
+/// [`mma_shared_bytes`] of dynamic shared memory), and `ptr` and `p` as it passes them; every
+/// thread of the block calls it.
 #[inline(always)]
 unsafe fn rpa_mma<Q: MmaElement, KV: KvElement, const KSTEPS: usize, const NTILES: usize>(
     ptr: RpaPointers<Q, KV>,

@@ -57,12 +57,12 @@ use crate::kernels::decode::mma::{load_q_fragments, store_warp_state, MMA_HEADS_
 use crate::kernels::kv_operand::StagedKv;
 use crate::kernels::unroll;
 
-/// Most keys per pipeline stage (16 per key group, two mma n-tiles; 4 groups), and the granule of
-/// the key splits (a multiple of every tile size).
-pub const PIPE_TILE_KEYS: u32 = 64;
-/// Most shared-memory stages of the K/V ring (tiles in flight = stages - 1); the kernel takes the
-/// count at run time (`RpaParams::pipe_stages`).
-pub const PIPE_MAX_STAGES: u32 = 8;
+pub mod layout;
+
+use layout::{
+    chunk_swizzle, pipelined_dim_split, pipelined_stage_bytes, pipelined_threads, pipelined_tile_keys,
+    pipelined_warp_state_floats, swizzled_chunk,
+};
 
 /// Threads that copy one token's K and V rows together, 16 bytes each: eight, so that a warp
 /// instruction reads 128 contiguous bytes (a whole line) of each of four tokens. Four threads per
@@ -72,84 +72,6 @@ pub const PIPE_MAX_STAGES: u32 = 8;
 /// were cut (NOTES "v13.3"; in v10, with 30 % more instructions, eight had been slower). Every
 /// supported row holds at least 8 chunks per token (fp8 at head_dim 64: 64 + 64 bytes).
 const THREADS_PER_TOKEN: u32 = 8;
-
-/// Keys per tile: 64 (four 16-key groups, one warp each), 32 at head_dim 256, where two warps
-/// share each group: 4 warps and 32 KiB stages, so that two blocks fit an SM (with 64-key tiles,
-/// 64 KiB stages and 8 warps, one block per SM stalled at every tile's barrier: 770 against 745
-/// µs at G4 64 x 8k, benchmarks/NOTES.md v8). A compile-time constant of the kernel: taken at run
-/// time it cost the smallest decode cells about 1 µs.
-pub const fn pipelined_tile_keys(head_dim: u32) -> u32 {
-    if head_dim > 128 {
-        32
-    } else {
-        64
-    }
-}
-
-/// Warps that split one key group's head dims: 2 for head_dim 256 (the accumulators of a full
-/// 256-dim row would not fit one warp's registers), else 1.
-pub const fn pipelined_dim_split(head_dim: u32) -> u32 {
-    if head_dim > 128 {
-        2
-    } else {
-        1
-    }
-}
-
-/// Threads per block of the pipelined kernel: `dim_split` warps per 16-key group of a tile.
-pub const fn pipelined_threads(tile_keys: u32, dim_split: u32) -> u32 {
-    tile_keys / 16 * WARP_SIZE * dim_split
-}
-
-/// Whether the pipelined kernel covers a head size and KV element size: its shared rows must be
-/// whole 16-byte chunks for the `ldmatrix` swizzle (four at least); fp8 only up to 128 (its
-/// permuted output dims are not split over warps).
-pub const fn pipelined_supports(head_dim: u32, kv_bytes: u32) -> bool {
-    head_dim == 64 || head_dim == 128 || (head_dim == 256 && kv_bytes == 2)
-}
-
-/// Shared memory of one stage: K and V rows of a tile, `kv_bytes` bytes per element.
-pub const fn pipelined_stage_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32) -> u32 {
-    2 * tile_keys * head_dim * kv_bytes
-}
-
-/// Floats of the final warp merge's states (one `(m, l, acc)` row per key group and head), at
-/// the start of the shared memory; the split's partial for a cluster merge follows them.
-const fn pipelined_warp_state_floats(head_dim: u32, tile_keys: u32) -> u32 {
-    tile_keys / 16 * MMA_HEADS_PER_BLOCK * (2 + head_dim)
-}
-
-/// Dynamic shared memory of the pipelined kernel with `stages` stages of `tile_keys` keys,
-/// reused at the end by the warp merge's states and the split's partial for a cluster merge
-/// (`head_dim + 1` floats per head).
-pub const fn pipelined_shared_bytes(head_dim: u32, kv_bytes: u32, tile_keys: u32, stages: u32) -> u32 {
-    let pipeline = stages * pipelined_stage_bytes(head_dim, kv_bytes, tile_keys);
-    let merge = (pipelined_warp_state_floats(head_dim, tile_keys) + MMA_HEADS_PER_BLOCK * (head_dim + 1)) * 4;
-    if pipeline > merge {
-        pipeline
-    } else {
-        merge
-    }
-}
-
-/// The 16-byte chunk where chunk `col` of shared row `row` (rows of `row_chunks` chunks, 4 at
-/// least) is stored: the eight rows an `ldmatrix` reads land in eight different bank groups.
-/// Rows of 8 chunks or more XOR the chunk with `row % 8`; 4-chunk rows (fp8 at head_dim 64: two
-/// rows per 128 bytes) with `(row / 2) % 4`.
-#[inline(always)]
-fn swizzled_chunk(col: u32, row: u32, row_chunks: u32) -> u32 {
-    col ^ chunk_swizzle(row, row_chunks)
-}
-
-/// What [`swizzled_chunk`] XORs into the chunks of row `row`.
-#[inline(always)]
-fn chunk_swizzle(row: u32, row_chunks: u32) -> u32 {
-    if row_chunks >= 8 {
-        row & 7
-    } else {
-        (row >> 1) & 3
-    }
-}
 
 /// Tiles of a split whose page-table entry (each thread's first token's) [`TablePreload`] loads.
 const PRELOAD_TILES: usize = 2;
@@ -309,10 +231,10 @@ pub(crate) fn q_as_operand<Q: MmaElement, M: MmaElement, const KSTEPS: usize>(
 /// (`RpaParams::decode_apart`, [`resolve_sequence_block`]).
 ///
 /// # Safety
-/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch, and `ptr`
-/// and `p` as it passes them. [`pipelined_threads`] threads and
-/// [`pipelined_shared_bytes`] of dynamic shared memory for `p.pipe_stages`; with `BY_SEQUENCE` a
-/// grid of `p.max_num_seqs` sequences ([`resolve_sequence_block`]).
+/// As the attention kernel that calls it (`attention_kernels`' `# Safety`): its launch
+/// ([`pipelined_threads`] threads, [`layout::pipelined_shared_bytes`] of dynamic shared memory for
+/// `p.pipe_stages`; with `BY_SEQUENCE` a grid of `p.max_num_seqs` sequences,
+/// [`resolve_sequence_block`]), and `ptr` and `p` as it passes them.
 #[inline(always)]
 unsafe fn rpa_pipelined<
     Q: MmaElement,
@@ -339,9 +261,9 @@ unsafe fn rpa_pipelined<
 ///
 /// # Safety
 /// Every thread of the slot `cta` calls it; the slot has [`pipelined_threads`] threads and
-/// [`pipelined_shared_bytes`] of shared memory for `p.pipe_stages` (`cta.shared`); `ptr` and `p`
-/// as the attention kernels take them (`attention_kernels`' `# Safety`), on the grid `BY_SEQUENCE`
-/// says (rows, or [`resolve_sequence_block`]'s sequences).
+/// [`layout::pipelined_shared_bytes`] of shared memory for `p.pipe_stages` (`cta.shared`); `ptr`
+/// and `p` as the attention kernels take them (`attention_kernels`' `# Safety`), on the grid
+/// `BY_SEQUENCE` says (rows, or [`resolve_sequence_block`]'s sequences).
 #[inline(always)]
 pub(crate) unsafe fn rpa_pipelined_on<
     Q: MmaElement,
