@@ -17,8 +17,8 @@ dispatch); warm-up first, 3 rounds in alternating order, >= 30 samples (fewer, c
 is so long that 10 would take over 2 s), medians with p10/p90. The KV pool holds at least 512 MiB
 (far above L2) with pages handed out in random order; inputs are uniform random, never zeros, q
 scaled so that the logits have a standard deviation of 2 (`--logit-std`; `flat`: q in [-1, 1],
-logits of std 1/3, the inputs of results before 2026-12-07). The copy bandwidth is measured in the
-same run; each case reports its fewest bytes
+logits of std 1/3, 2/3 with fp8 KV: the inputs of results recorded before commit c03b04e). The
+copy bandwidth is measured in the same run; each case reports its fewest bytes
 (`2·Σvisible_kv·kv_heads·dim·sizeof(kv) + tokens·q_heads·dim·(sizeof(q)+sizeof(out))`) over the
 time, and causal TFLOP/s (`4·q_heads·dim·Σ visible keys per row`). With `--cold-l2` every timed
 call is eager and finds the L2 cold (a read of twice its size before each, then a spin kernel that
@@ -40,6 +40,7 @@ import argparse
 import datetime
 import functools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -263,7 +264,8 @@ def main():
                     help="skip the profiler's per-call device busy time (kernel_us)")
     ap.add_argument("--logit-std", default=str(LOGIT_STD),
                     help="q's scale: the logits' standard deviation (default %(default)s), or `flat` for q uniform "
-                         "in [-1, 1] (logits of std 1/3: the inputs of results before 2026-12-07)")
+                         "in [-1, 1] (logits of std 1/3, 2/3 with fp8 KV: the inputs of results recorded before "
+                         "commit c03b04e)")
     ap.add_argument("--quick", action="store_true", help="a small subset of the suite")
     ap.add_argument("--filter", default=None, help="only cases whose name contains one of these (comma separated)")
     ap.add_argument("--cells", default=None,
@@ -277,8 +279,8 @@ def main():
         logit_std = None if args.logit_std == "flat" else float(args.logit_std)
     except ValueError:
         logit_std = -1.0
-    if logit_std is not None and not logit_std > 0:
-        ap.error(f"--logit-std {args.logit_std!r}: a number above 0, or flat")
+    if logit_std is not None and not (logit_std > 0 and math.isfinite(logit_std)):
+        ap.error(f"--logit-std {args.logit_std!r}: a finite number above 0, or flat")
     if args.rederive:
         with open(args.rederive) as f:
             result = rederive(json.load(f))

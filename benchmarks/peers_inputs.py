@@ -14,7 +14,8 @@ MIN_POOL_BYTES = 512 << 20  # far above L2: a call's KV is not left in L2 by the
 # q's scale: the logits' standard deviation. At 2 a row's softmax weighs some keys far above others,
 # as a trained model's does; a faulty scale, soft cap, merge or key range then moves the outputs
 # well past the tolerance (tests/python/test_peers_harness.py). None: q uniform in [-1, 1], logits
-# of std 1/3, a nearly flat softmax under which a 5 % scale error passed (results before 2026-12-07).
+# of std 1/3 (2/3 with fp8 KV), a nearly flat softmax under which a 5 % scale error passed (the
+# inputs of results recorded before commit c03b04e).
 LOGIT_STD = 2.0
 CHECK_SEQS, CHECK_ROWS = 4, 256  # reference: sampled sequences a case, rows a sequence
 
@@ -24,7 +25,8 @@ class Inputs:
     The KV pool holds at least `min_pool_bytes`, its pages handed out in random order. K and V are
     uniform random (fp8: stored x4, scaled back by k_scale 0.5 and v_scale 0.75); q is uniform
     random with a range that gives the logits (q.k times sm_scale) a standard deviation of
-    `logit_std`, or uniform in [-1, 1] when it is None (logits of std 1/3: a nearly flat softmax)."""
+    `logit_std`, or uniform in [-1, 1] when it is None (logits of std 1/3, 2/3 with fp8 KV: a nearly
+    flat softmax)."""
 
     def __init__(self, case, seed, device="cuda", min_pool_bytes=MIN_POOL_BYTES, logit_std=LOGIT_STD):
         hq, hkv, d, soft_cap, window = GEOMETRIES[case.geometry]

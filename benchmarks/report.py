@@ -246,7 +246,9 @@ def commands_md(kind: str) -> str:
              "`XLA_GPU_KERNELS_LIB=$PWD/.gpu/libxla_gpu_kernels.so`; FlashInfer 0.6.18.post1 for the peers). "
              "Each `.png` is drawn by the report script from the `.json` of its name. \"Recorded in\" is the commit "
              "that added the result to the repository (the build measured is that commit's parent or the commit "
-             "itself); `git log --follow` on the file shows its history.", ""]
+             "itself); `git log --follow` on the file shows its history. Files recorded before commit c03b04e were "
+             "measured on q uniform in [-1, 1], so their commands carry `--logit-std flat`; a rerun checks each "
+             "sampled row against the tolerance, where those runs checked a sequence's sampled rows together.", ""]
     for name, (what, commit, cmd) in MANIFEST[kind].items():
         lines.append(f"## {name}")
         lines.append("")

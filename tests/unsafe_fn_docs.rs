@@ -38,14 +38,33 @@ fn in_trait_impl(lines: &[&str], i: usize) -> bool {
         .is_some_and(|l| (l.starts_with("impl") || l.starts_with("unsafe impl")) && l.contains(" for "))
 }
 
+/// Whether a trimmed source line declares an `unsafe fn` (also `unsafe extern "ABI" fn`, and a
+/// `macro_rules!` body's `unsafe fn $name`), after its visibility and qualifiers: not a string or a
+/// comment that mentions one, nor a parameter of function-pointer type.
+fn declares_unsafe_fn(code: &str) -> bool {
+    let mut rest = code;
+    while let Some(r) =
+        ["pub(crate) ", "pub(super) ", "pub ", "const ", "async "].iter().find_map(|p| rest.strip_prefix(p))
+    {
+        rest = r;
+    }
+    let Some(rest) = rest.strip_prefix("unsafe ") else { return false };
+    let rest = match rest.strip_prefix("extern \"") {
+        Some(abi) => match abi.split_once("\" ") {
+            Some((_, after)) => after,
+            None => return false,
+        },
+        None => rest,
+    };
+    rest.strip_prefix("fn ").is_some_and(|name| name.starts_with(|c: char| c.is_alphabetic() || c == '_' || c == '$'))
+}
+
 /// The `unsafe fn`s of `text` (1-based line numbers) whose doc comment has no `# Safety` section.
 fn undocumented(text: &str) -> Vec<usize> {
     let lines: Vec<&str> = text.lines().collect();
     let mut missing = Vec::new();
     for (i, line) in lines.iter().enumerate() {
-        let code = line.trim_start();
-        let declares = code.contains("unsafe fn ") && !code.starts_with("//") && !code.contains('"');
-        if !declares || in_trait_impl(&lines, i) {
+        if !declares_unsafe_fn(line.trim_start()) || in_trait_impl(&lines, i) {
             continue;
         }
         // The doc comment and attributes right above the declaration.
@@ -83,9 +102,12 @@ fn the_scan_finds_what_it_should() {
         "impl S {",
         "    unsafe fn d(&self) {}",
         "}",
+        "pub unsafe extern \"C\" fn e() {}",
+        "fn f(g: unsafe extern \"C\" fn(u8)) {}",
+        "let s = \"unsafe fn h()\";",
     ]
     .join("\n");
-    assert_eq!(undocumented(&text), vec![8, 18]);
+    assert_eq!(undocumented(&text), vec![8, 18, 20]);
 }
 
 #[test]

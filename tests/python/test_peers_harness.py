@@ -14,7 +14,8 @@ import mutants
 import xla_gpu_kernels.torch  # noqa: F401  (defines torch.ops.xla_gpu)
 from rpa_cases import case_seed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+# Appended, not prepended: benchmarks/ and examples/ both hold a serving_step.py.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from peers_cases import GEOMETRIES, Case, bytes_min, causal_flops, suite_cases  # noqa: E402
 from peers_inputs import Inputs, check, tolerance  # noqa: E402
 
@@ -22,11 +23,14 @@ SEED = case_seed()
 # Small geometries (q heads, kv heads, head dim, soft cap, sliding window) the CPU runs in well under
 # a second a call: one plain, one with a window and a soft cap that binds (Grok-1's 30).
 TEST_GEOMETRIES = {"T1": (8, 2, 128, None, None), "T2": (8, 2, 128, 30.0, 256)}
+# Prefill rows over short contexts (a dropped key weighs more there) and decode rows of 512+ keys
+# (the lost-second-half fault's): over 40 seeds each fault's worst row stayed above 2.5 times the
+# tolerance, a correct one below 0.1 of it (benchmarks/NOTES.md "v49").
 CASES = {
-    "mix": Case("mix", "T1", [(48, 600), (1, 520), (1, 900)]),
+    "mix": Case("mix", "T1", [(48, 250), (1, 520), (1, 900)]),
     "window-cap": Case("window-cap", "T2", [(40, 700), (1, 800)]),
-    "e4m3": Case("e4m3", "T1", [(32, 560), (1, 530)], kv_dtype="float8_e4m3fn"),
-    "e5m2": Case("e5m2", "T1", [(32, 560), (1, 530)], kv_dtype="float8_e5m2"),
+    "e4m3": Case("e4m3", "T1", [(64, 200), (1, 530), (1, 700)], kv_dtype="float8_e4m3fn"),
+    "e5m2": Case("e5m2", "T1", [(64, 200), (1, 530), (1, 700)], kv_dtype="float8_e5m2"),
 }
 
 
@@ -110,7 +114,7 @@ def test_inputs_give_the_logit_spread_asked_for(case, logit_std):
     qi = torch.randint(0, q.shape[0], (20000,), generator=g)
     ki = torch.randint(0, k.shape[0], (20000,), generator=g)
     logits = (q[qi] * k[ki]).sum(-1) * inp.sm_scale
-    assert abs(logits.std().item() / logit_std - 1) < 0.05
+    assert abs(logits.std().item() / logit_std - 1) < 0.05, f"XGK_TEST_SEED={SEED}"
 
 
 @pytest.mark.parametrize("logit_std", [2.0, None])
@@ -120,7 +124,7 @@ def test_reference_matches_the_library_cpu_implementation(case, logit_std):
     library's CPU implementation agree to bf16 output rounding: every row within a fifth of the
     gate's tolerance."""
     err, tol = errors(CASES[case], logit_std=logit_std)
-    assert err.worst_row < tol / 5, err
+    assert err.worst_row < tol / 5, (f"XGK_TEST_SEED={SEED}", err)
     assert err.rel_l2 <= err.worst_row
 
 
@@ -137,4 +141,4 @@ def test_gate_rejects_a_wrong_kernel(fault, case):
     sampled row past the tolerance, so `peers.py` reports the implementation wrong and does not
     time it."""
     err, tol = errors(CASES[case], fault)
-    assert err.worst_row > tol, (fault, case, err)
+    assert err.worst_row > tol, (f"XGK_TEST_SEED={SEED}", fault, case, err)

@@ -284,7 +284,7 @@ unsafe fn opaque_bytes<'a>(opaque: *const c_char, len: usize) -> &'a [u8] {
 /// The first `N` pointers of a legacy call's buffer list; an error for a NULL list or entry.
 ///
 /// # Safety
-/// A non-null `buffers` must point at least `N` readable pointers (XLA's operands then results).
+/// A non-null `buffers` must point at at least `N` readable pointers (XLA's operands then results).
 unsafe fn legacy_buffers<const N: usize>(buffers: *mut *mut c_void) -> Result<[*mut c_void; N]> {
     if buffers.is_null() {
         return Err(Error::invalid("no buffers passed"));

@@ -36,9 +36,9 @@ pub const WGMMA_SELFTEST_SHARED_BYTES: u32 = 16 * 1024 + SWIZZLE_128B_ALIGN;
 /// `dst + kb * rows * 128`. The 128 threads share the 16-byte chunks.
 ///
 /// # Safety
-/// The block's 128 threads call it (`tid` their index); `src` holds `rows * cols` readable elements
-/// (16-byte aligned), `dst` is `rows * cols * 2` bytes of shared memory aligned to the swizzle's
-/// 1024 bytes.
+/// The block's 128 threads call it (`tid` their index); `cols` is a multiple of 64, `src` holds
+/// `rows * cols` readable elements (16-byte aligned), `dst` is `rows * cols * 2` bytes of shared
+/// memory aligned to the swizzle's 1024 bytes.
 #[inline(always)]
 unsafe fn stage_swizzled(src: *const u16, rows: u32, cols: u32, dst: *mut u8, tid: u32) {
     let chunks_per_row = cols / 8;

@@ -64,6 +64,10 @@ pub struct FrameBuilder {
     pub stage: i32,
 }
 
+/// A fake `Error_Create`: the error is a boxed (code, message) pair, read back by [`take_error`].
+///
+/// # Safety
+/// `args` points at XLA's `ErrorCreateArgs`, whose `message` is a NUL-terminated string.
 unsafe extern "C" fn fake_error_create(args: *mut ErrorCreateArgs) -> *mut FfiError {
     let msg = std::ffi::CStr::from_ptr((*args).message).to_string_lossy().into_owned();
     Box::into_raw(Box::new((((*args).errc), msg))) as *mut FfiError
@@ -71,6 +75,9 @@ unsafe extern "C" fn fake_error_create(args: *mut ErrorCreateArgs) -> *mut FfiEr
 
 /// A fake `Stream_Get`: the stream is whatever the frame's `ctx` holds (see
 /// [`FrameBuilder::stream`]).
+///
+/// # Safety
+/// `args` points at a writable `StreamGetArgs`.
 unsafe extern "C" fn fake_stream_get(args: *mut StreamGetArgs) -> *mut FfiError {
     (*args).stream = (*args).ctx;
     std::ptr::null_mut()

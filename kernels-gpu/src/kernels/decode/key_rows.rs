@@ -140,7 +140,7 @@ pub(crate) fn key_rows_softmax_step<Q: MmaElement, const MT: usize>(
 /// # Safety
 /// Every lane of the warp calls it, between the caller's block barriers; `smem` is shared memory
 /// of at least `(logical_warp + 1) * MMA_HEADS_PER_BLOCK * (2 + head_dim)` f32 that no other warp's
-/// state overlaps.
+/// state overlaps, and `16 * MT` is at most `head_dim`.
 #[inline(always)]
 pub(crate) unsafe fn store_key_rows_state<const MT: usize, const PAIRED: bool>(
     smem: *mut f32,

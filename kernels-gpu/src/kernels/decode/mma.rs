@@ -84,7 +84,8 @@ unsafe fn v_elem<KV: KvElement>(row: Option<*const KV>, dim: usize, p: &RpaParam
 ///
 /// # Safety
 /// `ptr` and `p` as the attention kernels take them and `blk` a block resolved from them (its
-/// query row `blk.t` inside `ptr.q`); every lane of the warp calls it.
+/// query row `blk.t` inside `ptr.q`), `16 * KSTEPS` at most `p.head_dim`; every lane of the warp
+/// calls it.
 #[inline(always)]
 pub(crate) unsafe fn load_q_fragments<Q: MmaElement, KV, const KSTEPS: usize, const PAIRED: bool>(
     ptr: &RpaPointers<Q, KV>,

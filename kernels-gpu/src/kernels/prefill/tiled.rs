@@ -135,7 +135,8 @@ unsafe fn rpa_tiled<Q: MmaElement, const D: usize, const KSTEPS: usize, const NT
 /// # Safety
 /// Every thread of the block calls it, for an item of the plan (rows of sequence `seq` or
 /// [`NO_SEQUENCE`], KV head `g` below `p.num_kv_heads`), with `ptr` and `p` as [`rpa_tiled`] takes
-/// them and [`tiled_shared_bytes`] of dynamic shared memory.
+/// them and [`tiled_shared_bytes`] of dynamic shared memory ([`tiled_wgmma_shared_bytes`] with
+/// `WG`).
 #[inline(always)]
 unsafe fn tile_item<Q: MmaElement, const D: usize, const KSTEPS: usize, const NTILES: usize, const WG: bool>(
     ptr: &TiledPointers<Q>,
@@ -486,8 +487,9 @@ macro_rules! rpa_tile_kernels {
         ///
         /// # Safety
         /// Grid `(params.plan_capacity, num_kv_heads)`, [`TILE_THREADS`] threads and
-        /// [`tiled_shared_bytes`] of dynamic shared memory; every pointer a device buffer of the
-        /// shape `params` describes, `plan` written by [`rpa_plan`] with the same `params`.
+        /// [`tiled_shared_bytes`] of dynamic shared memory ([`tiled_wgmma_shared_bytes`] for the
+        /// `wgmma` kernels, `rpa_tile_wg_*`); every pointer a device buffer of the shape `params`
+        /// describes, `plan` written by [`rpa_plan`] with the same `params`.
         /// Metadata values may be anything: they never lead outside the buffers.
         #[kernel]
         #[allow(clippy::too_many_arguments)]
