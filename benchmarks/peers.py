@@ -40,7 +40,6 @@ import argparse
 import datetime
 import functools
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -60,7 +59,8 @@ import peers_timing as timing  # noqa: E402
 from peers_cases import GEOMETRIES, MAX_KV_BYTES, bytes_min, causal_flops, decode_cell, kv_elem_bytes, \
     suite_cases  # noqa: E402
 from peers_impls import MIX_WAYS, FlashInfer, Ours, OursJax, PallasDecode, Skip  # noqa: E402
-from peers_inputs import LOGIT_STD, MIN_POOL_BYTES, Inputs, check, tolerance  # noqa: E402
+from peers_inputs import LOGIT_STD, LOGIT_STD_HELP, MIN_POOL_BYTES, Inputs, check, logit_std_arg, \
+    tolerance  # noqa: E402
 from peers_timing import kernel_time_us, time_cuda  # noqa: E402
 
 # Also record each torch implementation's device busy time per call (profiler; --no-kernel-time).
@@ -262,10 +262,7 @@ def main():
                     help="every timed call after an L2 flush, eager (time_cold); implies --no-kernel-time")
     ap.add_argument("--no-kernel-time", action="store_true",
                     help="skip the profiler's per-call device busy time (kernel_us)")
-    ap.add_argument("--logit-std", default=str(LOGIT_STD),
-                    help="q's scale: the logits' standard deviation (default %(default)s), or `flat` for q uniform "
-                         "in [-1, 1] (logits of std 1/3, 2/3 with fp8 KV: the inputs of results recorded before "
-                         "commit c03b04e)")
+    ap.add_argument("--logit-std", type=logit_std_arg, default=LOGIT_STD, help=LOGIT_STD_HELP)
     ap.add_argument("--quick", action="store_true", help="a small subset of the suite")
     ap.add_argument("--filter", default=None, help="only cases whose name contains one of these (comma separated)")
     ap.add_argument("--cells", default=None,
@@ -275,12 +272,7 @@ def main():
     ap.add_argument("--rederive", metavar="FILE.json", default=None,
                     help="no run: recompute a result file's derived figures (ratios) and redraw its plot")
     args = ap.parse_args()
-    try:
-        logit_std = None if args.logit_std == "flat" else float(args.logit_std)
-    except ValueError:
-        logit_std = -1.0
-    if logit_std is not None and not (logit_std > 0 and math.isfinite(logit_std)):
-        ap.error(f"--logit-std {args.logit_std!r}: a finite number above 0, or flat")
+    logit_std = args.logit_std
     if args.rederive:
         with open(args.rederive) as f:
             result = rederive(json.load(f))

@@ -4,6 +4,8 @@ timed: a float32 reference of sampled rows; each row's relative L2 error must st
 
 from __future__ import annotations
 
+import argparse
+import math
 from typing import NamedTuple
 
 import torch
@@ -18,6 +20,21 @@ MIN_POOL_BYTES = 512 << 20  # far above L2: a call's KV is not left in L2 by the
 # inputs of results recorded before commit c03b04e).
 LOGIT_STD = 2.0
 CHECK_SEQS, CHECK_ROWS = 4, 256  # reference: sampled sequences a case, rows a sequence
+LOGIT_STD_HELP = ("q's scale: the logits' standard deviation (default %(default)s), or `flat` for q uniform in "
+                  "[-1, 1] (logits of std 1/3, 2/3 with fp8 KV: the inputs of results recorded before commit c03b04e)")
+
+
+def logit_std_arg(text: str) -> float | None:
+    """`--logit-std`'s value (an argparse `type`): a finite number above 0, or None for `flat`."""
+    if text == "flat":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: a finite number above 0, or flat")
+    return value
 
 
 class Inputs:

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers_cases import GEOMETRIES, Case  # noqa: E402
 from peers_impls import FlashInfer, Ours  # noqa: E402
-from peers_inputs import Inputs  # noqa: E402
+from peers_inputs import LOGIT_STD, LOGIT_STD_HELP, Inputs, logit_std_arg  # noqa: E402
 
 
 def main():
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--kernel", default="auto", help="a peers.py variant of ours for the calls (auto, auto:st5, ...)")
     ap.add_argument("--kv-dtype", default="bfloat16", help="KV cache dtype: bfloat16, float8_e4m3fn, float8_e5m2")
+    ap.add_argument("--logit-std", type=logit_std_arg, default=LOGIT_STD, help=LOGIT_STD_HELP)
     ap.add_argument("--impl", default="ours", choices=["ours", "flashinfer"], help="whose kernels make the calls")
     args = ap.parse_args()
     seqs = []
@@ -38,7 +39,7 @@ def main():
         q, kv = (int(x) for x in shape.split("x"))
         seqs += [(q, kv)] * int(count or 1)
     case = Case(f"profile {args.seqs}", args.geometry, seqs, kv_dtype=args.kv_dtype)
-    inp = Inputs(case, seed=0)
+    inp = Inputs(case, seed=0, logit_std=args.logit_std)
     if args.impl == "flashinfer":
         fi = FlashInfer()
         out = torch.empty_like(inp.q)

@@ -49,7 +49,7 @@ sys.path.insert(0, HERE)
 # benchmarks/: the suites' geometries, inputs and variants (peers.py's modules).
 from peers_cases import GEOMETRIES, Case  # noqa: E402
 from peers_impls import Ours  # noqa: E402
-from peers_inputs import Inputs  # noqa: E402
+from peers_inputs import LOGIT_STD, LOGIT_STD_HELP, Inputs, logit_std_arg  # noqa: E402
 
 POINTS = 16
 STEPS = ["entry", "prerequisites", "plan written", "plan ready", "first pair", "item rows", "first K issued",
@@ -223,6 +223,7 @@ def main():
     ap.add_argument("--variant", default="auto", help="ours' variant, as peers.py --variants takes one")
     ap.add_argument("--repeats", type=int, default=7, help="traced calls per way (medians over them)")
     ap.add_argument("--tiles", action="store_true", help="also the consumers' per-tile trace (alone calls)")
+    ap.add_argument("--logit-std", type=logit_std_arg, default=LOGIT_STD, help=LOGIT_STD_HELP)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import xla_gpu_kernels.torch  # noqa: F401
@@ -231,7 +232,7 @@ def main():
     ws = TracedWorkspaces()
     report = {"gpu": torch.cuda.get_device_name(), "variant": args.variant, "cases": []}
     for case in parse_cases(args.cases, args.geometry, args.kv_dtype):
-        inp = Inputs(case, seed=0)
+        inp = Inputs(case, seed=0, logit_std=args.logit_std)
         call = lambda: torch.ops.xla_gpu.paged_attention(  # noqa: E731
             inp.q, inp.kv, inp.kv_lens, inp.page_indices, inp.cu_q_lens, inp.num_seqs, sm_scale=inp.sm_scale,
             k_scale=inp.k_scale, v_scale=inp.v_scale)

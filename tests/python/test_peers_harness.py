@@ -3,6 +3,7 @@ brute-force counts, the inputs' logit spread, the float32 reference against the 
 implementation, and the gate (a row's relative L2 error within `tolerance`) rejecting the deliberate
 faults of mutants.py, which a wrong fast kernel would resemble, on fresh random inputs."""
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from rpa_cases import case_seed
 # Appended, not prepended: benchmarks/ and examples/ both hold a serving_step.py.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from peers_cases import GEOMETRIES, Case, bytes_min, causal_flops, suite_cases  # noqa: E402
-from peers_inputs import Inputs, check, tolerance  # noqa: E402
+from peers_inputs import Inputs, check, logit_std_arg, tolerance  # noqa: E402
 
 SEED = case_seed()
 # Small geometries (q heads, kv heads, head dim, soft cap, sliding window) the CPU runs in well under
@@ -98,6 +99,13 @@ def test_the_prefill_and_short_suites_hold_their_cells():
     assert [c.seqs for c in short] == [[(512, 2048)], [(256, 2048)] * 4, [(128, 2048)] * 16, [(32, 2048)] * 64]
     mixes = [c for c in prefill if c.kind == "mixed"]
     assert len(mixes) == 2 and all(q > 1 for c in mixes for q, _ in c.seqs[:4])
+
+
+def test_logit_std_option_takes_a_finite_positive_number_or_flat():
+    assert logit_std_arg("flat") is None and logit_std_arg("2") == 2.0 and logit_std_arg("0.25") == 0.25
+    for bad in ("0", "-1", "inf", "nan", "two", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="finite number above 0, or flat"):
+            logit_std_arg(bad)
 
 
 @pytest.mark.parametrize("case", ["mix", "e4m3"])
