@@ -42,8 +42,7 @@ class Inputs:
     The KV pool holds at least `min_pool_bytes`, its pages handed out in random order. K and V are
     uniform random (fp8: stored x4, scaled back by k_scale 0.5 and v_scale 0.75); q is uniform
     random with a range that gives the logits (q.k times sm_scale) a standard deviation of
-    `logit_std`, or uniform in [-1, 1] when it is None (logits of std 1/3, 2/3 with fp8 KV: a nearly
-    flat softmax)."""
+    `logit_std`, or uniform in [-1, 1] when it is None (the flat inputs, see `LOGIT_STD`)."""
 
     def __init__(self, case, seed, device="cuda", min_pool_bytes=MIN_POOL_BYTES, logit_std=LOGIT_STD):
         hq, hkv, d, soft_cap, window = GEOMETRIES[case.geometry]

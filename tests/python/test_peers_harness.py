@@ -18,7 +18,7 @@ from rpa_cases import case_seed
 # Appended, not prepended: benchmarks/ and examples/ both hold a serving_step.py.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from peers_cases import GEOMETRIES, Case, bytes_min, causal_flops, suite_cases  # noqa: E402
-from peers_inputs import Inputs, check, logit_std_arg, tolerance  # noqa: E402
+from peers_inputs import LOGIT_STD, Inputs, check, logit_std_arg, tolerance  # noqa: E402
 
 SEED = case_seed()
 # Small geometries (q heads, kv heads, head dim, soft cap, sliding window) the CPU runs in well under
@@ -45,7 +45,7 @@ def cpu_op(q, kv, kv_lens, pages, cu, num_seqs, **attrs):
     return torch.ops.xla_gpu.paged_attention(q, kv, kv_lens, pages, cu, num_seqs, **attrs)
 
 
-def errors(case, fault=None, logit_std=2.0):
+def errors(case, fault=None, logit_std=LOGIT_STD):
     """`check`'s errors of the library's CPU implementation (with mutants.py's `fault`, if named)."""
     inp = Inputs(case, seed=SEED, device="cpu", min_pool_bytes=0, logit_std=logit_std)
     call = cpu_op if fault is None else mutants.faulty(cpu_op, mutants._Torch(), fault)
@@ -145,8 +145,8 @@ FAULT_CASES = [(fault, case) for fault in mutants.MUTANTS for case in ("mix", "w
 
 @pytest.mark.parametrize("fault,case", FAULT_CASES)
 def test_gate_rejects_a_wrong_kernel(fault, case):
-    """With the benchmark's default inputs (logits of std 2), every deliberate fault leaves some
-    sampled row past the tolerance, so `peers.py` reports the implementation wrong and does not
-    time it."""
+    """With the benchmark's default inputs (`LOGIT_STD`: logits of std 2), every deliberate fault
+    leaves some sampled row past the tolerance, so `peers.py` reports the implementation wrong and
+    does not time it."""
     err, tol = errors(CASES[case], fault)
     assert err.worst_row > tol, (f"XGK_TEST_SEED={SEED}", fault, case, err)
